@@ -1,0 +1,67 @@
+// engine/adamw.cpp: see adamw.h.
+#include "engine/adamw.h"
+
+#include <cmath>
+
+namespace retort::engine {
+
+AdamW::AdamW(layers::ParameterStore& store, const OptimizerConfig& config)
+    : store_(store), config_(config) {
+  states_.resize(store.all().size());
+  for (size_t i = 0; i < states_.size(); ++i) {
+    const auto& p = store.all()[i];
+    if (p.spec.frozen()) continue;
+    states_[i].exp_avg = torch::zeros_like(p.value, torch::MemoryFormat::Contiguous);
+    states_[i].exp_avg_sq = torch::zeros_like(p.value, torch::MemoryFormat::Contiguous);
+  }
+}
+
+void AdamW::step_parameter(size_t index, double lr) {
+  layers::Parameter& p = store_.all()[index];
+  AdamState& s = states_[index];
+  if (p.spec.frozen() || !p.value.grad().defined()) return;
+  torch::NoGradGuard no_grad;
+  const double step_lr = lr * p.spec.lr_scale;
+  const torch::Tensor& g = p.value.grad();
+  if (p.spec.weight_decay && config_.weight_decay > 0)
+    p.value.mul_(1.0 - step_lr * config_.weight_decay);
+  s.exp_avg.mul_(config_.beta1).add_(g, 1.0 - config_.beta1);
+  s.exp_avg_sq.mul_(config_.beta2).addcmul_(g, g, 1.0 - config_.beta2);
+  const double bias1 = 1.0 - std::pow(config_.beta1, double(steps_));
+  const double bias2 = 1.0 - std::pow(config_.beta2, double(steps_));
+  torch::Tensor denom = (s.exp_avg_sq.sqrt() / std::sqrt(bias2)).add_(config_.eps);
+  p.value.addcdiv_(s.exp_avg, denom, -step_lr / bias1);
+}
+
+void AdamW::step_all(double lr) {
+  for (size_t i = 0; i < states_.size(); ++i) step_parameter(i, lr);
+}
+
+int64_t AdamW::state_bytes() const {
+  int64_t bytes = 0;
+  for (const AdamState& s : states_)
+    if (s.exp_avg.defined()) bytes += 2 * s.exp_avg.numel() * s.exp_avg.element_size();
+  return bytes;
+}
+
+double global_grad_norm(const layers::ParameterStore& store) {
+  double sum = 0;
+  for (const auto& p : store.all()) {
+    if (p.spec.frozen() || !p.value.grad().defined()) continue;
+    sum += p.value.grad().to(torch::kDouble).pow(2).sum().item<double>();
+  }
+  return std::sqrt(sum);
+}
+
+double clip_grad_norm(layers::ParameterStore& store, double max_norm) {
+  const double norm = global_grad_norm(store);
+  if (max_norm > 0 && norm > max_norm) {
+    const double scale = max_norm / (norm + 1e-6);
+    torch::NoGradGuard no_grad;
+    for (auto& p : store.all())
+      if (!p.spec.frozen() && p.value.grad().defined()) p.value.grad().mul_(scale);
+  }
+  return norm;
+}
+
+}  // namespace retort::engine

@@ -1,0 +1,46 @@
+// engine/adamw.h: AdamW with decoupled weight decay, its state kept apart from the model's
+// parameters (so fp32 master state can sit beside bf16 weights later). It steps one
+// parameter at a time, which optimizer-in-backward will call from a grad-ready hook.
+// Frozen parameters (lr_scale 0) get no state at all.
+#pragma once
+#include <torch/torch.h>
+
+#include <vector>
+
+#include "engine/train_config.h"
+#include "layers/parameters.h"
+
+namespace retort::engine {
+
+struct AdamState {
+  torch::Tensor exp_avg, exp_avg_sq;  // undefined for frozen parameters
+};
+
+class AdamW {
+ public:
+  AdamW(layers::ParameterStore& store, const OptimizerConfig& config);
+
+  // Counts one optimizer step; call once before stepping the parameters of that step.
+  void begin_step() { ++steps_; }
+  // Updates parameter `index` of the store from its .grad() at learning rate lr * lr_scale.
+  void step_parameter(size_t index, double lr);
+  void step_all(double lr);
+
+  int64_t steps() const { return steps_; }
+  void set_steps(int64_t steps) { steps_ = steps; }
+  std::vector<AdamState>& states() { return states_; }
+  int64_t state_bytes() const;
+
+ private:
+  layers::ParameterStore& store_;
+  OptimizerConfig config_;
+  std::vector<AdamState> states_;  // parallel to store_.all()
+  int64_t steps_ = 0;
+};
+
+// sqrt of the sum of squared gradient elements over trainable parameters.
+double global_grad_norm(const layers::ParameterStore& store);
+// Scales all gradients so their global norm is at most max_norm; returns the norm before.
+double clip_grad_norm(layers::ParameterStore& store, double max_norm);
+
+}  // namespace retort::engine

@@ -1,0 +1,154 @@
+// engine/trainer.cpp: see trainer.h.
+#include "engine/trainer.h"
+
+#include <chrono>
+#include <filesystem>
+#include <ostream>
+
+#include "common/user_error.h"
+#include "engine/batches.h"
+#include "engine/gemm_peak.h"
+#include "engine/memory_tracker.h"
+
+namespace retort::engine {
+namespace fs = std::filesystem;
+
+Trainer::Trainer(const TrainConfig& config, std::ostream* log)
+    : config_(config), log_(log),
+      dtype_(config.dtype == "float64" ? torch::kDouble : torch::kFloat) {
+  if (config_.layout.tensor * config_.layout.pipeline * config_.layout.data != 1)
+    throw UserError("layout " + parallel::describe(config_.layout) +
+                    ": this build trains on one rank only; tensor, pipeline and data "
+                    "parallelism arrive with the parallel-core issue");
+  store_ = std::make_unique<layers::ParameterStore>(config_.seed, dtype_);
+  model_ = std::make_unique<layers::LlamaModel>(config_.model, *store_);
+  optimizer_ = std::make_unique<AdamW>(*store_, config_.optimizer);
+  streams_ = build_sample_streams(config_.data, config_.seed);
+
+  schedule_.lr = config_.optimizer.lr;
+  schedule_.min_lr = config_.optimizer.min_lr;
+  schedule_.warmup_steps = config_.optimizer.warmup_steps;
+  schedule_.decay_steps = config_.optimizer.decay_steps > 0 ? config_.optimizer.decay_steps
+                                                            : config_.training.steps;
+  schedule_.kind = config_.optimizer.schedule;
+  progress_.seed = config_.seed;
+
+  if (!config_.checkpoint.load.empty()) {
+    const std::string path = resolve_checkpoint(config_.checkpoint.load);
+    progress_ = load_checkpoint(path, *store_, optimizer_.get());
+    if (progress_.seed != config_.seed)
+      throw UserError("checkpoint '" + path + "' was trained with seed " +
+                      std::to_string(progress_.seed) + " but the config has seed " +
+                      std::to_string(config_.seed) + "; the data order would differ");
+    log_line("resumed from " + path + " at step " + std::to_string(progress_.step));
+  }
+  flops_per_token_ = config_.model.training_flops_per_token(config_.data.seq_len);
+  peak_gflops_ = config_.peak_gflops > 0 ? config_.peak_gflops : measure_gemm_gflops();
+}
+
+void Trainer::log_line(const std::string& line) {
+  if (log_) *log_ << line << std::endl;
+}
+
+torch::Tensor Trainer::to_tensor(const std::vector<int64_t>& values, int64_t batch) const {
+  return torch::tensor(values, torch::kLong).view({batch, -1});
+}
+
+double Trainer::train_step() {
+  const TrainingConfig& t = config_.training;
+  BatchPlan plan(t.global_batch, t.micro_batch, config_.layout.data, 0);
+  std::vector<TokenBatch> micro;
+  int64_t target_count = 0;
+  for (int64_t m = 0; m < plan.micro_batches_per_step(); ++m) {
+    micro.push_back(
+        read_batch(*streams_.train, plan.first_sample(progress_.step, m), t.micro_batch));
+    target_count += int64_t(micro.back().targets.size());  // no padding: every target counts
+  }
+  for (auto& p : store_->all())
+    if (p.value.grad().defined()) p.value.mutable_grad().reset();
+
+  double loss_value = 0;
+  for (const TokenBatch& b : micro) {
+    torch::Tensor loss = model_->loss_sum(to_tensor(b.inputs, b.batch),
+                                          to_tensor(b.targets, b.batch)) /
+                         double(target_count);
+    loss.backward();
+    loss_value += loss.item<double>();
+  }
+  last_grad_norm_ = clip_grad_norm(*store_, config_.optimizer.grad_clip);
+  last_lr_ = schedule_.at(progress_.step);
+  optimizer_->begin_step();
+  optimizer_->step_all(last_lr_);
+  progress_.step += 1;
+  progress_.consumed_samples += t.global_batch;
+  return loss_value;
+}
+
+double Trainer::evaluate() {
+  if (!streams_.valid) return std::nan("");
+  torch::NoGradGuard no_grad;
+  const TrainingConfig& t = config_.training;
+  double loss_sum = 0;
+  int64_t count = 0;
+  const int64_t samples = t.eval_batches * t.global_batch;
+  for (int64_t first = 0; first < samples; first += t.micro_batch) {
+    TokenBatch b = read_batch(*streams_.valid, first, std::min(t.micro_batch, samples - first));
+    torch::Tensor targets = to_tensor(b.targets, b.batch);
+    loss_sum += model_->loss_sum(to_tensor(b.inputs, b.batch), targets).item<double>();
+    count += layers::count_targets(targets);
+  }
+  return loss_sum / double(count);
+}
+
+void Trainer::save(const std::string& path) {
+  save_checkpoint(path, *store_, optimizer_.get(), progress_);
+  log_line("saved checkpoint " + path);
+}
+
+std::vector<double> Trainer::run() {
+  const TrainingConfig& t = config_.training;
+  fs::create_directories(config_.run_dir);
+  MetricsFile metrics((fs::path(config_.run_dir) / "metrics.jsonl").string());
+  MemoryTracker& memory = MemoryTracker::install();
+  std::vector<double> losses;
+  if (progress_.step >= t.steps) {
+    log_line("nothing to do: already at step " + std::to_string(progress_.step) + " of " +
+             std::to_string(t.steps));
+    return losses;
+  }
+  using clock = std::chrono::steady_clock;
+  auto interval_start = clock::now();
+  int64_t interval_steps = 0;
+  while (progress_.step < t.steps) {
+    const double loss = train_step();
+    losses.push_back(loss);
+    ++interval_steps;
+    const int64_t step = progress_.step;
+    const bool eval_now = t.eval_every > 0 && (step % t.eval_every == 0 || step == t.steps);
+    if (step % t.log_every == 0 || step == t.steps || eval_now) {
+      const double seconds = std::chrono::duration<double>(clock::now() - interval_start).count();
+      StepMetrics m;
+      m.step = step;
+      m.total_steps = t.steps;
+      m.loss = loss;
+      m.lr = last_lr_;
+      m.grad_norm = last_grad_norm_;
+      m.tokens_per_s = double(interval_steps * t.global_batch * config_.data.seq_len) / seconds;
+      m.mfu = m.tokens_per_s * flops_per_token_ / (peak_gflops_ * 1e9);
+      m.peak_mem_bytes = memory.peak_bytes();
+      m.eta_s = seconds / double(interval_steps) * double(t.steps - step);
+      if (eval_now && streams_.valid) m.valid_loss = evaluate();
+      log_line(format_console_line(m));
+      metrics.write(m);
+      interval_start = clock::now();
+      interval_steps = 0;
+    }
+    const bool save_now = (config_.checkpoint.save_every > 0 &&
+                           step % config_.checkpoint.save_every == 0) ||
+                          (step == t.steps && config_.checkpoint.save_at_end);
+    if (save_now) save(checkpoint_path(config_.run_dir, step));
+  }
+  return losses;
+}
+
+}  // namespace retort::engine

@@ -1,0 +1,44 @@
+// layers/block.h: one Llama decoder block: RMSNorm, grouped-query attention with RoPE
+// (causal, optional sliding window, optional qkv bias), residual, RMSNorm, SwiGLU MLP,
+// residual. A block is a pure function of (input, its parameters, the per-step context), so
+// it can be recomputed in backward for activation checkpointing.
+#pragma once
+#include <torch/torch.h>
+
+#include "layers/capture.h"
+#include "layers/model_config.h"
+#include "layers/parameters.h"
+
+namespace retort::layers {
+
+// Tables shared by every block of one forward pass.
+struct BlockContext {
+  torch::Tensor rope_cos, rope_sin;  // [seq, head_dim]
+  torch::Tensor mask_full;           // causal mask [seq, seq]
+  std::map<int64_t, torch::Tensor> mask_by_window;  // sliding-window masks, by window size
+  const torch::Tensor& mask_for(int64_t window) const;
+};
+
+BlockContext make_block_context(const ModelConfig& config, int64_t seq_len,
+                                torch::TensorOptions options);
+
+class Block {
+ public:
+  Block(const ModelConfig& config, int64_t index, ParameterStore& store);
+  // x: [batch, seq, hidden] -> [batch, seq, hidden]
+  torch::Tensor forward(const torch::Tensor& x, const BlockContext& context,
+                        CaptureSink* sink) const;
+  int64_t index() const { return index_; }
+
+ private:
+  torch::Tensor attention(const torch::Tensor& x, const BlockContext& context) const;
+
+  ModelConfig config_;
+  int64_t index_;
+  int64_t window_;
+  torch::Tensor attn_norm_, q_proj_, k_proj_, v_proj_, o_proj_;
+  torch::Tensor q_bias_, k_bias_, v_bias_;
+  torch::Tensor mlp_norm_, gate_proj_, up_proj_, down_proj_;
+};
+
+}  // namespace retort::layers

@@ -1,0 +1,64 @@
+// layers/functional.cpp: see functional.h.
+#include "layers/functional.h"
+
+#include <cmath>
+
+namespace retort::layers {
+
+torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
+  // Reduced precision inputs are normalised in float32, as HF LlamaRMSNorm does.
+  const auto compute = x.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
+  torch::Tensor xc = x.to(compute);
+  torch::Tensor inv = torch::rsqrt(xc.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return (xc * inv).to(x.scalar_type()) * weight;
+}
+
+std::pair<torch::Tensor, torch::Tensor> rope_tables(int64_t seq_len, int64_t head_dim,
+                                                    double theta, int64_t offset,
+                                                    torch::TensorOptions options) {
+  auto f64 = torch::TensorOptions().dtype(torch::kDouble);
+  torch::Tensor exponents = torch::arange(0, head_dim, 2, f64) / static_cast<double>(head_dim);
+  torch::Tensor inv_freq = torch::pow(theta, -exponents);
+  torch::Tensor positions = torch::arange(offset, offset + seq_len, f64);
+  torch::Tensor freqs = torch::outer(positions, inv_freq);
+  torch::Tensor angles = torch::cat({freqs, freqs}, -1);
+  return {angles.cos().to(options), angles.sin().to(options)};
+}
+
+torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos,
+                         const torch::Tensor& sin) {
+  const int64_t half = x.size(-1) / 2;
+  torch::Tensor rotated = torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+  return x * cos + rotated * sin;
+}
+
+torch::Tensor attention_mask(int64_t q_len, int64_t k_len, int64_t q_offset, int64_t window,
+                             torch::TensorOptions options) {
+  auto i64 = torch::TensorOptions().dtype(torch::kLong);
+  torch::Tensor qi = torch::arange(q_offset, q_offset + q_len, i64).unsqueeze(1);
+  torch::Tensor kj = torch::arange(0, k_len, i64).unsqueeze(0);
+  torch::Tensor visible = kj <= qi;
+  if (window > 0) visible = visible & ((qi - kj) < window);
+  torch::Tensor mask = torch::zeros({q_len, k_len}, options);
+  return mask.masked_fill(visible.logical_not(), -std::numeric_limits<double>::infinity());
+}
+
+torch::Tensor grouped_attention(const torch::Tensor& q, const torch::Tensor& k,
+                                const torch::Tensor& v, const torch::Tensor& mask) {
+  const int64_t b = q.size(0), heads = q.size(1), s = q.size(2), d = q.size(3);
+  const int64_t kv_heads = k.size(1), group = heads / kv_heads;
+  // Fold the query heads of one group next to each other instead of copying k and v.
+  torch::Tensor qg = q.reshape({b, kv_heads, group * s, d});
+  torch::Tensor scores = torch::matmul(qg, k.transpose(-1, -2)) / std::sqrt(double(d));
+  scores = scores.view({b, kv_heads, group, s, k.size(2)}) + mask;
+  torch::Tensor probs = torch::softmax(scores, -1).view({b, kv_heads, group * s, k.size(2)});
+  return torch::matmul(probs, v).view({b, heads, s, d});
+}
+
+torch::Tensor swiglu(const torch::Tensor& x, const torch::Tensor& gate, const torch::Tensor& up,
+                     const torch::Tensor& down) {
+  torch::Tensor h = torch::silu(torch::matmul(x, gate.t())) * torch::matmul(x, up.t());
+  return torch::matmul(h, down.t());
+}
+
+}  // namespace retort::layers

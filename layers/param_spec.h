@@ -1,0 +1,36 @@
+// layers/param_spec.h: the description every parameter carries (DESIGN.md): stable global
+// name, global shape, TP shard dimension, sequence-parallel replication, init method and
+// learning-rate scale. Initialisation, checkpoints, freezing, optimizer groups and the
+// consistency suite all read this one description. Plain C++.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace retort::layers {
+
+enum class InitMethod { Normal, Zeros, Ones };
+
+struct ParamSpec {
+  std::string name;             // e.g. "layers.3.attn.q_proj.weight"
+  std::vector<int64_t> shape;   // global shape, before any tensor-parallel split
+  int shard_dim = -1;           // dimension split over TP ranks; -1 = replicated
+  bool sequence_replicated = false;  // replicated across a sequence-parallel TP group
+  InitMethod init = InitMethod::Normal;
+  double init_std = 0.02;       // for InitMethod::Normal
+  double lr_scale = 1.0;        // 0 = frozen
+  bool weight_decay = true;     // false for norms and biases
+
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t s : shape) n *= s;
+    return n;
+  }
+  bool frozen() const { return lr_scale == 0.0; }
+};
+
+// A seed for the generator of one parameter, from the run seed and the global name only,
+// so a parameter starts equal whatever the layout or the order of construction.
+uint64_t parameter_seed(uint64_t run_seed, const std::string& name);
+
+}  // namespace retort::layers

@@ -1,0 +1,35 @@
+// parallel/mpi_runtime.h: process-wide MPI start-up and shutdown, world and node-local
+// rank numbers, and the intra-op thread count each rank should use (cores / ranks on node).
+// Knows nothing of torch: callers apply the thread count themselves.
+#pragma once
+#include <string>
+
+namespace retort::parallel {
+
+class MpiRuntime {
+ public:
+  // Initialises MPI if nobody has yet; finalizes at destruction only if it initialised.
+  MpiRuntime(int* argc, char*** argv);
+  ~MpiRuntime();
+  MpiRuntime(const MpiRuntime&) = delete;
+  MpiRuntime& operator=(const MpiRuntime&) = delete;
+
+  int world_rank() const { return world_rank_; }
+  int world_size() const { return world_size_; }
+  int local_rank() const { return local_rank_; }  // rank among processes on this host
+  int local_size() const { return local_size_; }  // processes on this host
+  std::string host() const { return host_; }
+
+  // Threads per rank: hardware cores on the host divided among its ranks, at least 1.
+  int threads_per_rank() const;
+
+  // Ends every rank at once after a fatal error seen on one rank.
+  [[noreturn]] static void abort_all(int code);
+
+ private:
+  bool owns_mpi_ = false;
+  int world_rank_ = 0, world_size_ = 1, local_rank_ = 0, local_size_ = 1;
+  std::string host_;
+};
+
+}  // namespace retort::parallel

@@ -1,0 +1,123 @@
+// tools/engine_prepare_data.cpp: turns .txt files (one document each) and .jsonl files
+// (one document per line, its "text" field) into a Megatron .bin/.idx dataset with the
+// built-in byte-level tokenizer. Directories are searched for .txt and .jsonl files.
+#include <algorithm>
+#include <boost/program_options.hpp>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "common/user_error.h"
+#include "engine/byte_tokenizer.h"
+#include "engine/indexed_dataset.h"
+
+namespace po = boost::program_options;
+namespace fs = std::filesystem;
+using namespace retort;
+using namespace retort::engine;
+
+namespace {
+
+std::vector<fs::path> collect_inputs(const std::vector<std::string>& inputs) {
+  std::vector<fs::path> files;
+  for (const std::string& input : inputs) {
+    if (fs::is_directory(input)) {
+      std::vector<fs::path> found;
+      for (const auto& entry : fs::directory_iterator(input)) {
+        const auto ext = entry.path().extension();
+        if (ext == ".txt" || ext == ".jsonl") found.push_back(entry.path());
+      }
+      std::sort(found.begin(), found.end());  // a stable document order
+      files.insert(files.end(), found.begin(), found.end());
+    } else if (fs::is_regular_file(input)) {
+      files.emplace_back(input);
+    } else {
+      throw UserError("input '" + input + "' does not exist");
+    }
+  }
+  if (files.empty()) throw UserError("no .txt or .jsonl input files found");
+  return files;
+}
+
+TokenDtype parse_dtype(const std::string& name) {
+  if (name == "uint8") return TokenDtype::UInt8;
+  if (name == "uint16") return TokenDtype::UInt16;
+  if (name == "int32") return TokenDtype::Int32;
+  if (name == "int64") return TokenDtype::Int64;
+  throw UserError("--dtype '" + name + "': expected uint8, uint16, int32 or int64");
+}
+
+int prepare(int argc, char** argv) {
+  po::options_description options(
+      "Usage: engine_prepare_data --output PREFIX INPUT... (files or directories)");
+  std::string output, dtype_name;
+  options.add_options()("help,h", "print this help")(
+      "output,o", po::value<std::string>(&output), "output prefix (writes PREFIX.bin, .idx)")(
+      "dtype", po::value<std::string>(&dtype_name)->default_value("uint16"),
+      "token dtype: uint8, uint16 (Megatron's choice below 65500 tokens), int32, int64")(
+      "input", po::value<std::vector<std::string>>(), "input files or directories");
+  po::positional_options_description positional;
+  positional.add("input", -1);
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(argc, argv).options(options).positional(positional).run(),
+              vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw UserError(std::string("command line: ") + e.what());
+  }
+  if (vm.count("help")) {
+    std::cout << options;
+    return 0;
+  }
+  if (output.empty()) throw UserError("--output PREFIX is required");
+  if (!vm.count("input")) throw UserError("no input files given");
+  const ByteTokenizer tokenizer;
+  if (!fs::path(output).parent_path().empty()) fs::create_directories(fs::path(output).parent_path());
+  IndexedDatasetWriter writer(output, parse_dtype(dtype_name));
+  int64_t documents = 0, tokens = 0;
+  for (const fs::path& file : collect_inputs(vm["input"].as<std::vector<std::string>>())) {
+    std::ifstream in(file);
+    if (!in) throw UserError("cannot read '" + file.string() + "'");
+    auto add = [&](const std::string& text) {
+      auto ids = tokenizer.encode_document(text);
+      tokens += int64_t(ids.size());
+      ++documents;
+      writer.add_document(ids);
+    };
+    if (file.extension() == ".jsonl") {
+      std::string line;
+      int64_t number = 0;
+      while (std::getline(in, line)) {
+        ++number;
+        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+        nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+        if (j.is_discarded() || !j.is_object() || !j.contains("text") || !j["text"].is_string())
+          throw UserError(file.string() + ":" + std::to_string(number) +
+                          ": expected a JSON object with a string field \"text\"");
+        add(j["text"].get<std::string>());
+      }
+    } else {
+      std::stringstream text;
+      text << in.rdbuf();
+      add(text.str());
+    }
+  }
+  writer.finish();
+  std::cout << "wrote " << output << ".bin/.idx: " << documents << " documents, " << tokens
+            << " tokens\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return prepare(argc, argv);
+  } catch (const UserError& e) {
+    std::cerr << "error: " << e.what() << std::endl;
+    return 2;
+  }
+}

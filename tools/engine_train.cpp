@@ -1,0 +1,86 @@
+// tools/engine_train.cpp: the training binary, `engine_train CONFIG.yaml [key=value ...]`,
+// launched directly or under mpirun. A thin main: flags, config, threads, then the Trainer.
+// Bad input ends with one line "error: ..." and exit code 2.
+#include <torch/torch.h>
+
+#include <boost/program_options.hpp>
+#include <iostream>
+
+#include "common/user_error.h"
+#include "engine/config.h"
+#include "engine/memory_tracker.h"
+#include "engine/run_summary.h"
+#include "engine/train_config.h"
+#include "engine/trainer.h"
+#include "parallel/mpi_runtime.h"
+
+namespace po = boost::program_options;
+using namespace retort;
+
+namespace {
+
+int train(int argc, char** argv, const parallel::MpiRuntime& mpi) {
+  po::options_description visible("Usage: engine_train CONFIG.yaml [key=value ...] [options]");
+  visible.add_options()("help,h", "print this help and exit")(
+      "dry-run", "print the resolved config, parameter count, FLOPs per token and a memory "
+                 "estimate per rank, then exit");
+  po::options_description hidden;
+  hidden.add_options()("config", po::value<std::string>(), "")(
+      "overrides", po::value<std::vector<std::string>>()->default_value({}, ""), "");
+  po::options_description all;
+  all.add(visible).add(hidden);
+  po::positional_options_description positional;
+  positional.add("config", 1).add("overrides", -1);
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(argc, argv).options(all).positional(positional).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw UserError(std::string("command line: ") + e.what() + " (see --help)");
+  }
+  const bool root = mpi.world_rank() == 0;
+  if (vm.count("help")) {
+    if (root)
+      std::cout << visible << "\nEvery config key can be overridden as dotted.key=value, e.g.\n"
+                << "  engine_train configs/tiny.yaml training.steps=50 optimizer.lr=1e-3\n";
+    return 0;
+  }
+  if (!vm.count("config")) throw UserError("no config file given (usage: engine_train CONFIG.yaml)");
+  const auto overrides = vm["overrides"].as<std::vector<std::string>>();
+  engine::Config config = engine::Config::load(vm["config"].as<std::string>(), overrides);
+  engine::TrainConfig train_config = engine::make_train_config(config, mpi.world_size());
+
+  const int threads = train_config.threads > 0 ? train_config.threads : mpi.threads_per_rank();
+  torch::set_num_threads(threads);
+  if (vm.count("dry-run")) {
+    if (root) std::cout << config.to_yaml() << "\n---\n" << engine::run_summary(train_config);
+    return 0;
+  }
+  engine::MemoryTracker::install();
+  if (root)
+    std::cout << "retort: " << mpi.world_size() << " rank(s), " << threads
+              << " intra-op thread(s) per rank (" << mpi.local_size() << " on host "
+              << mpi.host() << ")\n"
+              << engine::run_summary(train_config) << std::flush;
+  engine::Trainer trainer(train_config, root ? &std::cout : nullptr);
+  trainer.run();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  parallel::MpiRuntime mpi(&argc, &argv);
+  try {
+    return train(argc, argv, mpi);
+  } catch (const UserError& e) {
+    if (mpi.world_rank() == 0) std::cerr << "error: " << e.what() << std::endl;
+    parallel::MpiRuntime::abort_all(2);
+  } catch (const c10::Error& e) {
+    std::cerr << "internal error: " << e.what_without_backtrace() << std::endl;
+    parallel::MpiRuntime::abort_all(3);
+  } catch (const std::exception& e) {
+    std::cerr << "internal error: " << e.what() << std::endl;
+    parallel::MpiRuntime::abort_all(3);
+  }
+}
