@@ -185,6 +185,8 @@ std::string suggest_key(const std::string& path) {
   };
   for (const KeySpec& k : config_keys()) {
     consider(k.path);
+    for (size_t dot = k.path.find('.'); dot != std::string::npos; dot = k.path.find('.', dot + 1))
+      consider(k.path.substr(0, dot));  // sections, for a misspelt section name
     // Also match on the leaf name alone, for a key put under the wrong section.
     const std::string leaf = k.path.substr(k.path.rfind('.') + 1);
     const std::string given_leaf = path.substr(path.rfind('.') + 1);

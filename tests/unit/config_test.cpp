@@ -1,0 +1,128 @@
+// tests/unit/config_test.cpp: strict YAML config loading and key=value overrides: values
+// land typed, and each kind of bad input is refused with a message naming the culprit.
+#include <gtest/gtest.h>
+
+#include "common/user_error.h"
+#include "engine/config.h"
+#include "engine/train_config.h"
+
+using namespace retort;
+using namespace retort::engine;
+
+namespace {
+
+// The UserError message thrown by f, or "" if none was thrown.
+template <typename F>
+std::string error_of(F f) {
+  try {
+    f();
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(Config, ReadsNestedYamlAndOverrides) {
+  Config c;
+  c.merge_yaml_text("training:\n  steps: 7\n  micro_batch: 2\nmodel:\n  layer_windows: [0, 4]\n"
+                    "parallel:\n  data: auto\n", "t.yaml");
+  c.apply_override("optimizer.lr=0.5");
+  c.apply_override("data.paths=[a, b]");
+  EXPECT_EQ(c.get_int("training.steps"), 7);
+  EXPECT_EQ(c.get_int("training.micro_batch"), 2);
+  EXPECT_EQ(c.get_int_list("model.layer_windows"), (std::vector<int64_t>{0, 4}));
+  EXPECT_DOUBLE_EQ(c.get_float("optimizer.lr"), 0.5);
+  EXPECT_EQ(c.get_string_list("data.paths"), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(c.get_int("parallel.data"), 0);
+  EXPECT_EQ(c.origin("training.steps"), "t.yaml:2");
+  EXPECT_EQ(c.origin("optimizer.lr"), "override 'optimizer.lr=0.5'");
+  EXPECT_EQ(c.get_int("model.hidden"), 64);  // default kept
+}
+
+TEST(Config, ResolvedYamlRoundTrips) {
+  Config c;
+  c.apply_override("training.steps=9");
+  c.apply_override("data.paths=[x]");
+  Config again;
+  again.merge_yaml_text(c.to_yaml(), "dump");
+  EXPECT_EQ(again.to_yaml(), c.to_yaml());
+  EXPECT_EQ(again.get_int("training.steps"), 9);
+}
+
+TEST(Config, UnknownKeySuggestsClosest) {
+  Config c;
+  std::string e = error_of([&] { c.merge_yaml_text("training:\n  stpes: 5\n", "f.yaml"); });
+  EXPECT_NE(e.find("f.yaml:2"), std::string::npos) << e;
+  EXPECT_NE(e.find("unknown config key 'training.stpes'"), std::string::npos) << e;
+  EXPECT_NE(e.find("did you mean 'training.steps'"), std::string::npos) << e;
+  e = error_of([&] { c.merge_yaml_text("trainig:\n  steps: 5\n", "f.yaml"); });
+  EXPECT_NE(e.find("unknown config key 'trainig'"), std::string::npos) << e;
+  EXPECT_NE(e.find("did you mean 'training'"), std::string::npos) << e;
+}
+
+TEST(Config, WrongTypeNamesKeyAndLine) {
+  Config c;
+  std::string e =
+      error_of([&] { c.merge_yaml_text("seed: 1\noptimizer:\n  lr: fast\n", "g.yaml"); });
+  EXPECT_NE(e.find("g.yaml:3"), std::string::npos) << e;
+  EXPECT_NE(e.find("optimizer.lr expects a number, got 'fast'"), std::string::npos) << e;
+  e = error_of([&] { c.merge_yaml_text("training:\n  steps: [1, 2]\n", "g.yaml"); });
+  EXPECT_NE(e.find("training.steps expects an integer, got a list"), std::string::npos) << e;
+  e = error_of([&] { c.merge_yaml_text("model: 5\n", "g.yaml"); });
+  EXPECT_NE(e.find("'model' is a section"), std::string::npos) << e;
+}
+
+TEST(Config, OutOfRangeAndChoices) {
+  Config c;
+  std::string e = error_of([&] { c.apply_override("training.micro_batch=0"); });
+  EXPECT_NE(e.find("training.micro_batch = 0 is out of range"), std::string::npos) << e;
+  e = error_of([&] { c.apply_override("optimizer.schedule=exp"); });
+  EXPECT_NE(e.find("not one of: cosine, linear, constant"), std::string::npos) << e;
+}
+
+TEST(Config, MalformedOverrides) {
+  Config c;
+  std::string e = error_of([&] { c.apply_override("training.steps"); });
+  EXPECT_NE(e.find("malformed override 'training.steps': expected key=value"), std::string::npos)
+      << e;
+  e = error_of([&] { c.apply_override("=3"); });
+  EXPECT_NE(e.find("malformed override '=3'"), std::string::npos) << e;
+  e = error_of([&] { c.apply_override("training.steps=many"); });
+  EXPECT_NE(e.find("override 'training.steps=many': training.steps expects an integer"),
+            std::string::npos)
+      << e;
+  e = error_of([&] { c.apply_override("training.step=3"); });
+  EXPECT_NE(e.find("did you mean 'training.steps'"), std::string::npos) << e;
+  e = error_of([&] { c.apply_override("data.paths=[a, "); });
+  EXPECT_NE(e.find("malformed override"), std::string::npos) << e;
+}
+
+TEST(Config, YamlSyntaxErrorNamesLine) {
+  Config c;
+  std::string e = error_of([&] { c.merge_yaml_text("training:\n  steps: [1\n", "h.yaml"); });
+  EXPECT_NE(e.find("h.yaml:"), std::string::npos) << e;
+  EXPECT_NE(e.find("YAML syntax error"), std::string::npos) << e;
+  e = error_of([&] { Config::load("/nonexistent/run.yaml", {}); });
+  EXPECT_NE(e.find("cannot open config file '/nonexistent/run.yaml'"), std::string::npos) << e;
+}
+
+TEST(Config, CrossKeyChecks) {
+  auto with = [](std::vector<std::string> overrides) {
+    overrides.push_back("data.paths=[x]");
+    return Config::load("", overrides);
+  };
+  std::string e = error_of([&] { make_train_config(with({"model.heads=3"}), 1); });
+  EXPECT_NE(e.find("model.hidden=64 is not divisible by model.heads=3"), std::string::npos) << e;
+  e = error_of([&] { make_train_config(with({"training.global_batch=6"}), 1); });
+  EXPECT_NE(e.find("training.global_batch=6 is not a multiple"), std::string::npos) << e;
+  e = error_of([&] { make_train_config(with({"model.layer_windows=[1]"}), 1); });
+  EXPECT_NE(e.find("model.layer_windows has 1 entries but model.layers=2"), std::string::npos)
+      << e;
+  e = error_of([&] { make_train_config(Config::load("", {}), 1); });
+  EXPECT_NE(e.find("data.paths is empty"), std::string::npos) << e;
+  TrainConfig t = make_train_config(with({"training.global_batch=16"}), 1);
+  EXPECT_EQ(t.accumulation_steps(), 4);
+  EXPECT_EQ(t.layout.data, 1);
+}
