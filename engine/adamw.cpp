@@ -48,7 +48,8 @@ double global_grad_norm(const layers::ParameterStore& store) {
   double sum = 0;
   for (const auto& p : store.all()) {
     if (p.spec.frozen() || !p.value.grad().defined()) continue;
-    sum += p.value.grad().to(torch::kDouble).pow(2).sum().item<double>();
+    const double norm = p.value.grad().norm().item<double>();  // no full-size copy
+    sum += norm * norm;
   }
   return std::sqrt(sum);
 }

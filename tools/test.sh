@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# tools/test.sh: the README's test command. Installs what is missing, builds, and runs the
+# whole suite (unit, MPI and CLI tests) with CTest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tools/setup.sh
+tools/build.sh
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+ctest --test-dir "${RETORT_BUILD:-build}" --output-on-failure --timeout 1200
