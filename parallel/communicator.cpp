@@ -1,0 +1,181 @@
+// parallel/communicator.cpp: see communicator.h.
+#include "parallel/communicator.h"
+
+#include <stdexcept>
+
+namespace retort::parallel {
+namespace {
+
+MPI_Datatype mpi_type(const torch::Tensor& t) {
+  switch (t.scalar_type()) {
+    case torch::kFloat: return MPI_FLOAT;
+    case torch::kDouble: return MPI_DOUBLE;
+    case torch::kLong: return MPI_INT64_T;
+    case torch::kInt: return MPI_INT32_T;
+    case torch::kByte: return MPI_UINT8_T;
+    default: throw std::invalid_argument("Communicator: unsupported dtype " +
+                                         std::string(c10::toString(t.scalar_type())));
+  }
+}
+
+MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::Sum ? MPI_SUM : MPI_MAX; }
+
+void require_contiguous_cpu(const torch::Tensor& t, const char* what) {
+  if (!t.is_contiguous() || !t.device().is_cpu())
+    throw std::invalid_argument(std::string("Communicator::") + what +
+                                " needs a contiguous CPU tensor (MPI backend)");
+}
+
+int64_t bytes_of(const torch::Tensor& t) { return t.numel() * t.element_size(); }
+
+}  // namespace
+
+Handle::Handle(MPI_Request request, std::function<void()> finish)
+    : request_(request), finish_(std::move(finish)) {}
+Handle::Handle(Handle&& other) noexcept { *this = std::move(other); }
+Handle& Handle::operator=(Handle&& other) noexcept {
+  if (this != &other) {
+    if (pending()) wait();
+    request_ = other.request_;
+    finish_ = std::move(other.finish_);
+    other.request_ = MPI_REQUEST_NULL;
+    other.finish_ = nullptr;
+  }
+  return *this;
+}
+Handle::~Handle() {
+  if (pending()) wait();
+}
+void Handle::wait() {
+  if (request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);
+  if (finish_) {
+    auto finish = std::move(finish_);
+    finish_ = nullptr;
+    finish();
+  }
+}
+bool Handle::test() {
+  if (request_ != MPI_REQUEST_NULL) {
+    int done = 0;
+    MPI_Test(&request_, &done, MPI_STATUS_IGNORE);
+    if (!done) return false;
+  }
+  wait();
+  return true;
+}
+
+Communicator::Communicator(MPI_Comm comm, std::string name) : comm_(comm), name_(std::move(name)) {
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+}
+
+Communicator::~Communicator() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && comm_ != MPI_COMM_WORLD && comm_ != MPI_COMM_SELF) MPI_Comm_free(&comm_);
+}
+
+void Communicator::count(const std::string& op, int64_t bytes) {
+  OpCounter& c = counters_[op];
+  c.calls += 1;
+  c.bytes += bytes;
+}
+
+void Communicator::all_reduce(torch::Tensor& t, ReduceOp op) { all_reduce_async(t, op).wait(); }
+
+Handle Communicator::all_reduce_async(torch::Tensor& t, ReduceOp op) {
+  require_contiguous_cpu(t, "all_reduce");
+  count("all_reduce", bytes_of(t));
+  if (size_ == 1) return {};
+  MPI_Request request;
+  MPI_Iallreduce(MPI_IN_PLACE, t.data_ptr(), int(t.numel()), mpi_type(t), mpi_op(op), comm_,
+                 &request);
+  return Handle(request, nullptr);
+}
+
+torch::Tensor Communicator::all_gather(const torch::Tensor& tensor, int64_t dim) {
+  // Gather along dim 0 of a copy with `dim` moved to the front, then move it back.
+  torch::Tensor front = tensor.movedim(dim, 0).contiguous();
+  std::vector<int64_t> shape = front.sizes().vec();
+  shape[0] *= size_;
+  torch::Tensor gathered = torch::empty(shape, front.options());
+  all_gather_flat_async(front, gathered).wait();
+  return gathered.movedim(0, dim);
+}
+
+torch::Tensor Communicator::reduce_scatter(const torch::Tensor& tensor, int64_t dim) {
+  torch::Tensor front = tensor.movedim(dim, 0).contiguous();
+  std::vector<int64_t> shape = front.sizes().vec();
+  if (shape[0] % size_ != 0)
+    throw std::invalid_argument("reduce_scatter: dim of size " + std::to_string(shape[0]) +
+                                " does not split over " + std::to_string(size_) + " ranks");
+  shape[0] /= size_;
+  torch::Tensor out = torch::empty(shape, front.options());
+  reduce_scatter_flat_async(front, out).wait();
+  return out.movedim(0, dim);
+}
+
+Handle Communicator::all_gather_flat_async(const torch::Tensor& in, torch::Tensor& out) {
+  require_contiguous_cpu(in, "all_gather");
+  require_contiguous_cpu(out, "all_gather");
+  count("all_gather", bytes_of(out));
+  if (size_ == 1) {
+    out.view(in.sizes()).copy_(in);
+    return {};
+  }
+  MPI_Request request;
+  MPI_Iallgather(in.data_ptr(), int(in.numel()), mpi_type(in), out.data_ptr(), int(in.numel()),
+                 mpi_type(out), comm_, &request);
+  return Handle(request, nullptr);
+}
+
+Handle Communicator::reduce_scatter_flat_async(const torch::Tensor& in, torch::Tensor& out) {
+  require_contiguous_cpu(in, "reduce_scatter");
+  require_contiguous_cpu(out, "reduce_scatter");
+  count("reduce_scatter", bytes_of(in));
+  if (size_ == 1) {
+    out.copy_(in.view(out.sizes()));
+    return {};
+  }
+  MPI_Request request;
+  MPI_Ireduce_scatter_block(in.data_ptr(), out.data_ptr(), int(out.numel()), mpi_type(in),
+                            MPI_SUM, comm_, &request);
+  return Handle(request, nullptr);
+}
+
+void Communicator::broadcast(torch::Tensor& t, int root) {
+  require_contiguous_cpu(t, "broadcast");
+  count("broadcast", bytes_of(t));
+  if (size_ > 1) MPI_Bcast(t.data_ptr(), int(t.numel()), mpi_type(t), root, comm_);
+}
+
+void Communicator::send(const torch::Tensor& t, int destination, int tag) {
+  send_async(t, destination, tag).wait();
+}
+void Communicator::recv(torch::Tensor& t, int source, int tag) {
+  recv_async(t, source, tag).wait();
+}
+
+Handle Communicator::send_async(const torch::Tensor& t, int destination, int tag) {
+  require_contiguous_cpu(t, "send");
+  count("send", bytes_of(t));
+  MPI_Request request;
+  MPI_Isend(t.data_ptr(), int(t.numel()), mpi_type(t), destination, tag, comm_, &request);
+  torch::Tensor keep_alive = t;  // the buffer must outlive the send
+  return Handle(request, [keep_alive] {});
+}
+
+Handle Communicator::recv_async(torch::Tensor& t, int source, int tag) {
+  require_contiguous_cpu(t, "recv");
+  count("recv", bytes_of(t));
+  MPI_Request request;
+  MPI_Irecv(t.data_ptr(), int(t.numel()), mpi_type(t), source, tag, comm_, &request);
+  return Handle(request, nullptr);
+}
+
+void Communicator::barrier() {
+  count("barrier", 0);
+  MPI_Barrier(comm_);
+}
+
+}  // namespace retort::parallel

@@ -1,0 +1,85 @@
+// parallel/communicator.h: collective and point-to-point communication on torch tensors
+// within one process group (DESIGN.md): all_reduce, all_gather, reduce_scatter, broadcast,
+// send, recv, barrier, each with an async form returning a handle, and per-operation
+// counters of calls and bytes. This is the MPI backend (CPU tensors); layers never call MPI
+// themselves. Byte counts: all_reduce and broadcast count the tensor, all_gather the
+// gathered result, reduce_scatter the full input, send/recv the message.
+#pragma once
+#include <mpi.h>
+#include <torch/torch.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace retort::parallel {
+
+enum class ReduceOp { Sum, Max };
+
+struct OpCounter {
+  int64_t calls = 0;
+  int64_t bytes = 0;
+};
+
+// A pending non-blocking operation. wait() completes it (and runs its finishing step, e.g.
+// copying a gathered buffer into place); destruction waits too.
+class Handle {
+ public:
+  Handle() = default;
+  Handle(MPI_Request request, std::function<void()> finish);
+  Handle(Handle&&) noexcept;
+  Handle& operator=(Handle&&) noexcept;
+  ~Handle();
+  void wait();
+  bool test();  // drives progress; true once complete (finish has then run)
+  bool pending() const { return request_ != MPI_REQUEST_NULL; }
+
+ private:
+  MPI_Request request_ = MPI_REQUEST_NULL;
+  std::function<void()> finish_;
+};
+
+class Communicator {
+ public:
+  // Takes ownership of comm (freed at destruction unless it is MPI_COMM_WORLD/SELF).
+  Communicator(MPI_Comm comm, std::string name);
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const std::string& name() const { return name_; }
+  MPI_Comm mpi() const { return comm_; }
+
+  // In place on a contiguous tensor.
+  void all_reduce(torch::Tensor& tensor, ReduceOp op = ReduceOp::Sum);
+  Handle all_reduce_async(torch::Tensor& tensor, ReduceOp op = ReduceOp::Sum);
+  // Concatenation of every rank's tensor along dim.
+  torch::Tensor all_gather(const torch::Tensor& tensor, int64_t dim);
+  // Sum over ranks, then this rank's 1/size slice along dim.
+  torch::Tensor reduce_scatter(const torch::Tensor& tensor, int64_t dim);
+  // Flat contiguous forms for buckets: out has size x in's elements / in has size x out's.
+  Handle all_gather_flat_async(const torch::Tensor& in, torch::Tensor& out);
+  Handle reduce_scatter_flat_async(const torch::Tensor& in, torch::Tensor& out);
+  void broadcast(torch::Tensor& tensor, int root);
+  void send(const torch::Tensor& tensor, int destination, int tag = 0);
+  void recv(torch::Tensor& tensor, int source, int tag = 0);
+  Handle send_async(const torch::Tensor& tensor, int destination, int tag = 0);
+  Handle recv_async(torch::Tensor& tensor, int source, int tag = 0);
+  void barrier();
+
+  const std::map<std::string, OpCounter>& counters() const { return counters_; }
+  void reset_counters() { counters_.clear(); }
+
+ private:
+  void count(const std::string& op, int64_t bytes);
+
+  MPI_Comm comm_;
+  std::string name_;
+  int rank_ = 0, size_ = 1;
+  std::map<std::string, OpCounter> counters_;
+};
+
+}  // namespace retort::parallel

@@ -1,0 +1,33 @@
+// parallel/mesh.cpp: see mesh.h.
+#include "parallel/mesh.h"
+
+namespace retort::parallel {
+
+MeshCoordinates coordinates_of(int rank, const Layout& l) {
+  MeshCoordinates c;
+  c.tp = rank % l.tensor;
+  c.dp = (rank / l.tensor) % l.data;
+  c.pp = rank / (l.tensor * l.data);
+  return c;
+}
+
+Mesh::Mesh(const Layout& layout, MPI_Comm world) : layout_(layout) {
+  MPI_Comm_rank(world, &world_rank_);
+  coordinates_ = coordinates_of(world_rank_, layout);
+  const MeshCoordinates& c = coordinates_;
+  auto split = [&](int color, int key, const std::string& name) {
+    MPI_Comm comm;
+    MPI_Comm_split(world, color, key, &comm);
+    return std::make_unique<Communicator>(comm, name);
+  };
+  const int T = layout.tensor, D = layout.data;
+  tp_ = split(c.pp * D + c.dp, c.tp, "tp");
+  dp_ = split(c.pp * T + c.tp, c.dp, "dp");
+  pp_ = split(c.dp * T + c.tp, c.pp, "pp");
+  mp_ = split(c.dp, c.pp * T + c.tp, "model_parallel");
+  MPI_Comm dup;
+  MPI_Comm_dup(world, &dup);
+  world_ = std::make_unique<Communicator>(dup, "world");
+}
+
+}  // namespace retort::parallel

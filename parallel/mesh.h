@@ -1,0 +1,40 @@
+// parallel/mesh.h: the process mesh. World = DP x PP x TP ranks with TP fastest-varying and
+// PP slowest: rank = (pp * DP + dp) * TP + tp. Built once from MPI_COMM_WORLD with
+// MPI_Comm_split; hands out one Communicator per group (tp, pp, dp, model-parallel = tp x pp).
+#pragma once
+#include <memory>
+
+#include "parallel/communicator.h"
+#include "parallel/layout.h"
+
+namespace retort::parallel {
+
+struct MeshCoordinates {
+  int tp = 0, pp = 0, dp = 0;
+};
+
+// Coordinates of a world rank in a resolved layout (pure arithmetic, no MPI).
+MeshCoordinates coordinates_of(int world_rank, const Layout& layout);
+
+class Mesh {
+ public:
+  // layout must be resolved (layout.data filled in) for the world size.
+  Mesh(const Layout& layout, MPI_Comm world = MPI_COMM_WORLD);
+
+  const Layout& layout() const { return layout_; }
+  const MeshCoordinates& coordinates() const { return coordinates_; }
+  int world_rank() const { return world_rank_; }
+  Communicator& tp() { return *tp_; }
+  Communicator& pp() { return *pp_; }
+  Communicator& dp() { return *dp_; }
+  Communicator& model_parallel() { return *mp_; }
+  Communicator& world() { return *world_; }
+
+ private:
+  Layout layout_;
+  int world_rank_ = 0;
+  MeshCoordinates coordinates_;
+  std::unique_ptr<Communicator> tp_, pp_, dp_, mp_, world_;
+};
+
+}  // namespace retort::parallel

@@ -1,0 +1,146 @@
+// tests/mpi/primitives_test.cpp: each communication primitive's forward and backward
+// against its definition, on the world group; plus the Communicator's collectives, async
+// handles and counters, and the mesh's group arithmetic.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "parallel/mesh.h"
+#include "parallel/primitives.h"
+
+using namespace retort::parallel;
+
+namespace {
+
+struct Group {
+  Communicator comm{dup_world(), "test"};
+  int r = comm.rank(), n = comm.size();
+  double rank_sum() const { return n * (n + 1) / 2.0; }  // sum of (rank + 1)
+  static MPI_Comm dup_world() {
+    MPI_Comm c;
+    MPI_Comm_dup(MPI_COMM_WORLD, &c);
+    return c;
+  }
+};
+
+// The same tensor on every rank.
+torch::Tensor shared_random(std::vector<int64_t> shape, uint64_t seed) {
+  torch::manual_seed(seed);
+  return torch::randn(shape, torch::kDouble);
+}
+
+torch::Tensor chunk(const torch::Tensor& t, int64_t dim, const Group& g) {
+  return t.chunk(g.n, dim)[g.r];
+}
+
+// Runs y = f(x) and y.backward(gy); returns {y, dx}.
+template <typename F>
+std::pair<torch::Tensor, torch::Tensor> run(F f, torch::Tensor x, const torch::Tensor& gy) {
+  x = x.detach().clone().requires_grad_(true);
+  torch::Tensor y = f(x);
+  y.backward(gy);
+  return {y.detach(), x.grad()};
+}
+
+}  // namespace
+
+TEST(Primitives, CopyToTp) {
+  Group g;
+  torch::Tensor X = shared_random({2, 4, 6}, 1), G = shared_random({2, 4, 6}, 2);
+  auto [y, dx] = run([&](auto x) { return copy_to_tp(x, g.comm); }, X, G * (g.r + 1));
+  EXPECT_TRUE(torch::equal(y, X));
+  EXPECT_TRUE(torch::allclose(dx, G * g.rank_sum()));
+}
+
+TEST(Primitives, ReduceFromTp) {
+  Group g;
+  torch::Tensor X = shared_random({2, 4, 6}, 3), G = shared_random({2, 4, 6}, 4);
+  auto [y, dx] = run([&](auto x) { return reduce_from_tp(x, g.comm); }, X * (g.r + 1), G);
+  EXPECT_TRUE(torch::allclose(y, X * g.rank_sum()));
+  EXPECT_TRUE(torch::equal(dx, G));
+}
+
+TEST(Primitives, ScatterToTp) {
+  Group g;
+  torch::Tensor X = shared_random({2, 4, 3 * g.n}, 5), G = shared_random({2, 4, 3 * g.n}, 6);
+  auto [y, dx] = run([&](auto x) { return scatter_to_tp(x, g.comm); }, X, chunk(G, 2, g));
+  EXPECT_TRUE(torch::equal(y, chunk(X, 2, g)));
+  EXPECT_TRUE(torch::equal(dx, G));
+}
+
+TEST(Primitives, GatherFromTp) {
+  Group g;
+  torch::Tensor X = shared_random({2, 4, 3 * g.n}, 7), G = shared_random({2, 4, 3 * g.n}, 8);
+  auto [y, dx] = run([&](auto x) { return gather_from_tp(x, g.comm); }, chunk(X, 2, g), G);
+  EXPECT_TRUE(torch::equal(y, X));
+  EXPECT_TRUE(torch::equal(dx, chunk(G, 2, g)));
+}
+
+TEST(Primitives, ScatterToSp) {
+  Group g;
+  torch::Tensor X = shared_random({2, 2 * g.n, 5}, 9), G = shared_random({2, 2 * g.n, 5}, 10);
+  auto [y, dx] = run([&](auto x) { return scatter_to_sp(x, g.comm); }, X, chunk(G, 1, g));
+  EXPECT_TRUE(torch::equal(y, chunk(X, 1, g)));
+  EXPECT_TRUE(torch::equal(dx, G));
+}
+
+TEST(Primitives, GatherFromSp) {
+  Group g;
+  torch::Tensor X = shared_random({2, 2 * g.n, 5}, 11), G = shared_random({2, 2 * g.n, 5}, 12);
+  auto [y, dx] =
+      run([&](auto x) { return gather_from_sp(x, g.comm); }, chunk(X, 1, g), G * (g.r + 1));
+  EXPECT_TRUE(torch::equal(y, X));
+  EXPECT_TRUE(torch::allclose(dx, chunk(G * g.rank_sum(), 1, g)));
+}
+
+TEST(Primitives, ReduceScatterToSp) {
+  Group g;
+  torch::Tensor X = shared_random({2, 2 * g.n, 5}, 13), G = shared_random({2, 2 * g.n, 5}, 14);
+  auto [y, dx] =
+      run([&](auto x) { return reduce_scatter_to_sp(x, g.comm); }, X * (g.r + 1), chunk(G, 1, g));
+  EXPECT_TRUE(torch::allclose(y, chunk(X * g.rank_sum(), 1, g)));
+  EXPECT_TRUE(torch::equal(dx, G));
+}
+
+TEST(Communicator, CollectivesAsyncAndCounters) {
+  Group g;
+  torch::Tensor t = torch::full({5}, double(g.r + 1), torch::kDouble);
+  Handle h = g.comm.all_reduce_async(t);
+  h.wait();
+  EXPECT_TRUE(torch::allclose(t, torch::full({5}, g.rank_sum(), torch::kDouble)));
+  torch::Tensor m = torch::full({1}, double(g.r), torch::kDouble);
+  g.comm.all_reduce(m, ReduceOp::Max);
+  EXPECT_EQ(m.item<double>(), g.n - 1);
+  torch::Tensor b = torch::full({3}, double(g.r), torch::kFloat);
+  g.comm.broadcast(b, g.n - 1);
+  EXPECT_EQ(b[0].item<float>(), float(g.n - 1));
+  // Ring send/recv.
+  torch::Tensor out = torch::full({4}, float(g.r), torch::kFloat), in = torch::empty({4});
+  Handle s = g.comm.send_async(out, (g.r + 1) % g.n, 7);
+  g.comm.recv(in, (g.r + g.n - 1) % g.n, 7);
+  s.wait();
+  EXPECT_EQ(in[0].item<float>(), float((g.r + g.n - 1) % g.n));
+  const auto& c = g.comm.counters();
+  EXPECT_EQ(c.at("all_reduce").calls, 2);
+  EXPECT_EQ(c.at("all_reduce").bytes, 5 * 8 + 8);
+  EXPECT_EQ(c.at("broadcast").bytes, 12);
+  EXPECT_EQ(c.at("send").bytes, 16);
+}
+
+TEST(Mesh, GroupsFollowTheLayout) {
+  int world = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  if (world % 2 != 0) GTEST_SKIP() << "needs an even world";
+  Layout layout = resolve_layout({2, 1, 0, false}, world, {4, 2, 8, 2, 8});
+  Mesh mesh(layout);
+  const auto c = mesh.coordinates();
+  EXPECT_EQ(mesh.tp().size(), 2);
+  EXPECT_EQ(mesh.dp().size(), world / 2);
+  EXPECT_EQ(mesh.tp().rank(), c.tp);
+  EXPECT_EQ(mesh.dp().rank(), c.dp);
+  EXPECT_EQ(c.tp, mesh.world_rank() % 2);  // TP is fastest-varying
+  // Each rank learns its TP partner's world rank: neighbours share a TP group.
+  torch::Tensor ranks = torch::full({1}, int64_t(mesh.world_rank()), torch::kLong);
+  torch::Tensor all = mesh.tp().all_gather(ranks, 0);
+  EXPECT_EQ(all[0].item<int64_t>() + 1, all[1].item<int64_t>());
+  EXPECT_EQ(all[0].item<int64_t>() % 2, 0);
+}
