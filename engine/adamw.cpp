@@ -44,18 +44,24 @@ int64_t AdamW::state_bytes() const {
   return bytes;
 }
 
-double global_grad_norm(const layers::ParameterStore& store) {
-  double sum = 0;
+double global_grad_norm(const layers::ParameterStore& store, const layers::TensorParallel& tp) {
+  double sharded = 0, replicated = 0;
   for (const auto& p : store.all()) {
     if (p.spec.frozen() || !p.value.grad().defined()) continue;
     const double norm = p.value.grad().norm().item<double>();  // no full-size copy
-    sum += norm * norm;
+    (p.spec.shard_dim >= 0 && tp.size() > 1 ? sharded : replicated) += norm * norm;
   }
-  return std::sqrt(sum);
+  if (tp.size() > 1) {
+    torch::Tensor s = torch::tensor({sharded}, torch::kDouble);
+    tp.group->all_reduce(s);
+    sharded = s.item<double>();
+  }
+  return std::sqrt(sharded + replicated);
 }
 
-double clip_grad_norm(layers::ParameterStore& store, double max_norm) {
-  const double norm = global_grad_norm(store);
+double clip_grad_norm(layers::ParameterStore& store, double max_norm,
+                      const layers::TensorParallel& tp) {
+  const double norm = global_grad_norm(store, tp);
   if (max_norm > 0 && norm > max_norm) {
     const double scale = max_norm / (norm + 1e-6);
     torch::NoGradGuard no_grad;

@@ -9,6 +9,7 @@
 
 #include "engine/train_config.h"
 #include "layers/parameters.h"
+#include "layers/tensor_parallel.h"
 
 namespace retort::engine {
 
@@ -38,9 +39,13 @@ class AdamW {
   int64_t steps_ = 0;
 };
 
-// sqrt of the sum of squared gradient elements over trainable parameters.
-double global_grad_norm(const layers::ParameterStore& store);
+// sqrt of the sum of squared gradient elements over trainable parameters, each global
+// element counted once: TP-sharded parameters are summed over the TP group, replicated ones
+// taken from this rank (they are equal on every rank once gradients are synchronised; DP
+// gradients are already summed, so DP adds nothing).
+double global_grad_norm(const layers::ParameterStore& store, const layers::TensorParallel& tp = {});
 // Scales all gradients so their global norm is at most max_norm; returns the norm before.
-double clip_grad_norm(layers::ParameterStore& store, double max_norm);
+double clip_grad_norm(layers::ParameterStore& store, double max_norm,
+                      const layers::TensorParallel& tp = {});
 
 }  // namespace retort::engine

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "common/user_error.h"
+#include "engine/sharding.h"
 
 namespace retort::engine {
 namespace fs = std::filesystem;
@@ -117,7 +118,22 @@ std::string resolve_checkpoint(const std::string& target) {
 }
 
 void save_checkpoint(const std::string& path, const layers::ParameterStore& store,
-                     AdamW* optimizer, const TrainingProgress& progress) {
+                     AdamW* optimizer, const TrainingProgress& progress,
+                     const layers::TensorParallel& tp, bool writer) {
+  // Every TP rank takes part in the gathers; only the writer touches the file system.
+  std::vector<std::pair<std::string, torch::Tensor>> datasets;
+  for (size_t i = 0; i < store.all().size(); ++i) {
+    const layers::Parameter& p = store.all()[i];
+    datasets.emplace_back("/params/" + p.spec.name, to_global(p.value, p.spec, tp));
+    if (optimizer && optimizer->states()[i].exp_avg.defined()) {
+      const AdamState& s = optimizer->states()[i];
+      datasets.emplace_back("/optimizer/exp_avg/" + p.spec.name,
+                            to_global(s.exp_avg, p.spec, tp));
+      datasets.emplace_back("/optimizer/exp_avg_sq/" + p.spec.name,
+                            to_global(s.exp_avg_sq, p.spec, tp));
+    }
+  }
+  if (!writer) return;
   fs::create_directories(fs::path(path).parent_path());
   const std::string temporary = path + ".partial";
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
@@ -125,17 +141,7 @@ void save_checkpoint(const std::string& path, const layers::ParameterStore& stor
     H5Handle file{H5Fcreate(temporary.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
                   H5Fclose};
     if (file.id < 0) throw UserError("cannot create checkpoint file '" + temporary + "'");
-    // TP=1 here: local tensors are global. Later layouts gather shards before writing.
-    for (size_t i = 0; i < store.all().size(); ++i) {
-      const layers::Parameter& p = store.all()[i];
-      write_tensor(file.id, "/params/" + p.spec.name, p.value);
-      if (optimizer && optimizer->states()[i].exp_avg.defined()) {
-        write_tensor(file.id, "/optimizer/exp_avg/" + p.spec.name,
-                     optimizer->states()[i].exp_avg);
-        write_tensor(file.id, "/optimizer/exp_avg_sq/" + p.spec.name,
-                     optimizer->states()[i].exp_avg_sq);
-      }
-    }
+    for (const auto& [name, tensor] : datasets) write_tensor(file.id, name, tensor);
     write_scalar(file.id, "step", progress.step);
     write_scalar(file.id, "consumed_samples", progress.consumed_samples);
     write_scalar(file.id, "seed", static_cast<int64_t>(progress.seed));
@@ -153,7 +159,7 @@ void save_checkpoint(const std::string& path, const layers::ParameterStore& stor
 }
 
 TrainingProgress load_checkpoint(const std::string& path, layers::ParameterStore& store,
-                                 AdamW* optimizer) {
+                                 AdamW* optimizer, const layers::TensorParallel& tp) {
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   if (!fs::is_regular_file(path)) throw UserError("checkpoint file '" + path + "' not found");
   H5Handle file{H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose};
@@ -162,13 +168,14 @@ TrainingProgress load_checkpoint(const std::string& path, layers::ParameterStore
   for (size_t i = 0; i < store.all().size(); ++i) {
     layers::Parameter& p = store.all()[i];
     const auto dtype = p.value.scalar_type();
-    p.value.copy_(read_tensor(file.id, path, "/params/" + p.spec.name, p.spec.shape, dtype));
+    auto load = [&](const std::string& group, torch::Tensor& into) {
+      torch::Tensor global = read_tensor(file.id, path, group + p.spec.name, p.spec.shape, dtype);
+      into.copy_(from_global(global, p.spec, tp, into));
+    };
+    load("/params/", p.value);
     if (optimizer && optimizer->states()[i].exp_avg.defined()) {
-      AdamState& s = optimizer->states()[i];
-      s.exp_avg.copy_(
-          read_tensor(file.id, path, "/optimizer/exp_avg/" + p.spec.name, p.spec.shape, dtype));
-      s.exp_avg_sq.copy_(read_tensor(file.id, path, "/optimizer/exp_avg_sq/" + p.spec.name,
-                                     p.spec.shape, dtype));
+      load("/optimizer/exp_avg/", optimizer->states()[i].exp_avg);
+      load("/optimizer/exp_avg_sq/", optimizer->states()[i].exp_avg_sq);
     }
   }
   TrainingProgress progress;

@@ -9,6 +9,7 @@
 
 #include "engine/adamw.h"
 #include "layers/parameters.h"
+#include "layers/tensor_parallel.h"
 
 namespace retort::engine {
 
@@ -18,13 +19,17 @@ struct TrainingProgress {
   uint64_t seed = 0;
 };
 
+// Collective over the TP group: shards are gathered to global shape and only the rank with
+// `writer` true writes the file (one writer per model replica set, i.e. world rank 0).
 void save_checkpoint(const std::string& path, const layers::ParameterStore& store,
-                     AdamW* optimizer, const TrainingProgress& progress);
+                     AdamW* optimizer, const TrainingProgress& progress,
+                     const layers::TensorParallel& tp = {}, bool writer = true);
 
 // Loads parameters (strict: every name present with the same global shape) and, when
-// optimizer is non-null, the optimizer state. Returns the saved progress.
+// optimizer is non-null, the optimizer state, each rank taking its own shard, so any layout
+// loads a checkpoint written under any other. Returns the saved progress.
 TrainingProgress load_checkpoint(const std::string& path, layers::ParameterStore& store,
-                                 AdamW* optimizer);
+                                 AdamW* optimizer, const layers::TensorParallel& tp = {});
 
 // "<dir>/checkpoints/step_<step>.h5"
 std::string checkpoint_path(const std::string& run_dir, int64_t step);

@@ -65,6 +65,8 @@ std::vector<KeySpec> build_keys() {
       {"parallel.data", T::IntOrAuto, "auto", 1, 1e6, {}, "data-parallel ranks or auto"},
       {"parallel.sequence_parallel", T::Bool, "false", -kInf, kInf, {},
        "shard the residual stream along the sequence over TP"},
+      {"parallel.dp_bucket_mb", T::Float, "4", 0.001, 1e5, {},
+       "data-parallel gradient bucket size (MB); a full bucket is reduced during backward"},
 
       {"runtime.threads", T::Int, "0", 0, 1024, {}, "intra-op threads, 0 = cores / local ranks"},
       {"runtime.peak_gflops", T::Float, "0", 0, kInf, {},

@@ -47,6 +47,7 @@ struct TrainConfig {
   OptimizerConfig optimizer;
   CheckpointConfig checkpoint;
   parallel::Layout layout;
+  double dp_bucket_mb = 4;
   int threads = 0;
   double peak_gflops = 0;
 

@@ -13,16 +13,28 @@
 namespace retort::engine {
 namespace fs = std::filesystem;
 
-Trainer::Trainer(const TrainConfig& config, std::ostream* log)
-    : config_(config), log_(log),
+Trainer::Trainer(const TrainConfig& config, std::ostream* log, parallel::Mesh* mesh)
+    : config_(config), log_(log), mesh_(mesh),
       dtype_(config.dtype == "float64" ? torch::kDouble : torch::kFloat) {
-  if (config_.layout.tensor * config_.layout.pipeline * config_.layout.data != 1)
-    throw UserError("layout " + parallel::describe(config_.layout) +
-                    ": this build trains on one rank only; tensor, pipeline and data "
-                    "parallelism arrive with the parallel-core issue");
-  store_ = std::make_unique<layers::ParameterStore>(config_.seed, dtype_);
-  model_ = std::make_unique<layers::LlamaModel>(config_.model, *store_);
+  const parallel::Layout& layout = config_.layout;
+  if (layout.pipeline != 1)
+    throw UserError("parallel.pipeline=" + std::to_string(layout.pipeline) +
+                    ": pipeline parallelism is not built yet (it arrives with the pipeline "
+                    "issue); use parallel.pipeline=1");
+  if (!mesh_ && layout.tensor * layout.data != 1)
+    throw UserError("layout " + parallel::describe(layout) + " needs MPI ranks");
+  if (mesh_) {
+    tp_.group = &mesh_->tp();
+    tp_.sequence_parallel = layout.sequence_parallel && layout.tensor > 1;
+    dp_rank_ = mesh_->dp().rank();
+    dp_size_ = mesh_->dp().size();
+  }
+  store_ = std::make_unique<layers::ParameterStore>(config_.seed, dtype_, tp_.position());
+  model_ = std::make_unique<layers::LlamaModel>(config_.model, *store_, tp_);
   optimizer_ = std::make_unique<AdamW>(*store_, config_.optimizer);
+  if (dp_size_ > 1)
+    dp_sync_ = std::make_unique<DataParallelGradSync>(
+        *store_, mesh_->dp(), static_cast<int64_t>(config_.dp_bucket_mb * 1e6));
   streams_ = build_sample_streams(config_.data, config_.seed);
 
   schedule_.lr = config_.optimizer.lr;
@@ -35,7 +47,7 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log)
 
   if (!config_.checkpoint.load.empty()) {
     const std::string path = resolve_checkpoint(config_.checkpoint.load);
-    progress_ = load_checkpoint(path, *store_, optimizer_.get());
+    progress_ = load_checkpoint(path, *store_, optimizer_.get(), tp_);
     if (progress_.seed != config_.seed)
       throw UserError("checkpoint '" + path + "' was trained with seed " +
                       std::to_string(progress_.seed) + " but the config has seed " +
@@ -44,6 +56,13 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log)
   }
   flops_per_token_ = config_.model.training_flops_per_token(config_.data.seq_len);
   peak_gflops_ = config_.peak_gflops > 0 ? config_.peak_gflops : measure_gemm_gflops();
+}
+
+double Trainer::dp_sum(double value) {
+  if (dp_size_ == 1) return value;
+  torch::Tensor t = torch::tensor({value}, torch::kDouble);
+  mesh_->dp().all_reduce(t);
+  return t.item<double>();
 }
 
 void Trainer::log_line(const std::string& line) {
@@ -56,26 +75,37 @@ torch::Tensor Trainer::to_tensor(const std::vector<int64_t>& values, int64_t bat
 
 double Trainer::train_step() {
   const TrainingConfig& t = config_.training;
-  BatchPlan plan(t.global_batch, t.micro_batch, config_.layout.data, 0);
+  BatchPlan plan(t.global_batch, t.micro_batch, dp_size_, dp_rank_);
   std::vector<TokenBatch> micro;
-  int64_t target_count = 0;
+  int64_t local_targets = 0;
   for (int64_t m = 0; m < plan.micro_batches_per_step(); ++m) {
     micro.push_back(
         read_batch(*streams_.train, plan.first_sample(progress_.step, m), t.micro_batch));
-    target_count += int64_t(micro.back().targets.size());  // no padding: every target counts
+    local_targets += int64_t(micro.back().targets.size());  // no padding: every target counts
   }
+  // Losses are normalised by the target count of the whole global batch.
+  const double target_count = dp_sum(double(local_targets));
   for (auto& p : store_->all())
     if (p.value.grad().defined()) p.value.mutable_grad().reset();
 
   double loss_value = 0;
-  for (const TokenBatch& b : micro) {
+  for (size_t m = 0; m < micro.size(); ++m) {
+    const TokenBatch& b = micro[m];
+    const bool inspect = inspector_ && m == 0 && !inspector_->captures.empty();
+    layers::CaptureSink sink(inspect ? inspector_->captures : std::set<std::string>{});
+    if (dp_sync_ && m + 1 == micro.size()) dp_sync_->arm();
     torch::Tensor loss = model_->loss_sum(to_tensor(b.inputs, b.batch),
-                                          to_tensor(b.targets, b.batch)) /
-                         double(target_count);
+                                          to_tensor(b.targets, b.batch), inspect ? &sink : nullptr) /
+                         target_count;
+    if (inspect && inspector_->on_captures) inspector_->on_captures(progress_.step + 1, sink);
     loss.backward();
     loss_value += loss.item<double>();
   }
-  last_grad_norm_ = clip_grad_norm(*store_, config_.optimizer.grad_clip);
+  sum_partial_tp_grads(*store_, tp_);
+  if (dp_sync_) dp_sync_->finish();
+  loss_value = dp_sum(loss_value);
+  if (inspector_ && inspector_->on_gradients) inspector_->on_gradients(progress_.step + 1, loss_value);
+  last_grad_norm_ = clip_grad_norm(*store_, config_.optimizer.grad_clip, tp_);
   last_lr_ = schedule_.at(progress_.step);
   optimizer_->begin_step();
   optimizer_->step_all(last_lr_);
@@ -88,27 +118,32 @@ double Trainer::evaluate() {
   if (!streams_.valid) return std::nan("");
   torch::NoGradGuard no_grad;
   const TrainingConfig& t = config_.training;
-  double loss_sum = 0;
-  int64_t count = 0;
+  double loss_sum = 0, count = 0;
   const int64_t samples = t.eval_batches * t.global_batch;
-  for (int64_t first = 0; first < samples; first += t.micro_batch) {
+  // Micro-batches are dealt round-robin to DP ranks; sums and counts are then combined.
+  int64_t index = 0;
+  for (int64_t first = 0; first < samples; first += t.micro_batch, ++index) {
+    if (index % dp_size_ != dp_rank_) continue;
     TokenBatch b = read_batch(*streams_.valid, first, std::min(t.micro_batch, samples - first));
     torch::Tensor targets = to_tensor(b.targets, b.batch);
     loss_sum += model_->loss_sum(to_tensor(b.inputs, b.batch), targets).item<double>();
-    count += layers::count_targets(targets);
+    count += double(layers::count_targets(targets));
   }
-  return loss_sum / double(count);
+  return dp_sum(loss_sum) / dp_sum(count);
 }
 
 void Trainer::save(const std::string& path) {
-  save_checkpoint(path, *store_, optimizer_.get(), progress_);
+  save_checkpoint(path, *store_, optimizer_.get(), progress_, tp_, is_root());
   log_line("saved checkpoint " + path);
 }
 
 std::vector<double> Trainer::run() {
   const TrainingConfig& t = config_.training;
-  fs::create_directories(config_.run_dir);
-  MetricsFile metrics((fs::path(config_.run_dir) / "metrics.jsonl").string());
+  std::unique_ptr<MetricsFile> metrics;
+  if (is_root()) {
+    fs::create_directories(config_.run_dir);
+    metrics = std::make_unique<MetricsFile>((fs::path(config_.run_dir) / "metrics.jsonl").string());
+  }
   MemoryTracker& memory = MemoryTracker::install();
   std::vector<double> losses;
   if (progress_.step >= t.steps) {
@@ -134,12 +169,13 @@ std::vector<double> Trainer::run() {
       m.lr = last_lr_;
       m.grad_norm = last_grad_norm_;
       m.tokens_per_s = double(interval_steps * t.global_batch * config_.data.seq_len) / seconds;
-      m.mfu = m.tokens_per_s * flops_per_token_ / (peak_gflops_ * 1e9);
+      const int world = mesh_ ? mesh_->world().size() : 1;
+      m.mfu = m.tokens_per_s * flops_per_token_ / (peak_gflops_ * 1e9 * world);
       m.peak_mem_bytes = memory.peak_bytes();
       m.eta_s = seconds / double(interval_steps) * double(t.steps - step);
       if (eval_now && streams_.valid) m.valid_loss = evaluate();
       log_line(format_console_line(m));
-      metrics.write(m);
+      if (metrics) metrics->write(m);
       interval_start = clock::now();
       interval_steps = 0;
     }

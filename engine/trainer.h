@@ -1,32 +1,48 @@
-// engine/trainer.h: the training loop for one rank: builds the model from the parameter
-// specs, the AdamW optimizer and the data streams; each step runs the micro-batches with
-// the loss normalised by the global number of target tokens, clips the global gradient
-// norm, steps the optimizer, logs, evaluates and checkpoints.
+// engine/trainer.h: the training loop for one rank of a TP x DP layout: builds this rank's
+// shard of the model from the parameter specs, the AdamW optimizer and its slice of the
+// data; each step runs the micro-batches with the loss divided by the global number of
+// target tokens (all micro-batches, all DP ranks), makes gradients whole (TP partial sums,
+// DP buckets overlapped with backward), clips the global norm, steps the optimizer, logs,
+// evaluates and checkpoints.
 #pragma once
 #include <torch/torch.h>
 
+#include <functional>
 #include <iosfwd>
 #include <memory>
+#include <set>
 #include <vector>
 
 #include "engine/adamw.h"
 #include "engine/checkpoint.h"
 #include "engine/data_setup.h"
+#include "engine/grad_sync.h"
 #include "engine/lr_schedule.h"
 #include "engine/metrics.h"
 #include "engine/train_config.h"
 #include "layers/model.h"
+#include "parallel/mesh.h"
 
 namespace retort::engine {
 
+// Optional observers of a step, for the consistency suite and tools.
+struct StepInspector {
+  std::set<std::string> captures;  // capture points to record on the first micro-batch
+  // After the first micro-batch's forward: its recorded captures (this rank's shards).
+  std::function<void(int64_t step, layers::CaptureSink&)> on_captures;
+  // After gradients are whole across ranks, before clipping and the optimizer step.
+  std::function<void(int64_t step, double loss)> on_gradients;
+};
+
 class Trainer {
  public:
-  // `log` receives the console lines (rank 0 only).
-  Trainer(const TrainConfig& config, std::ostream* log);
+  // mesh: null for a single process without MPI. `log` receives console lines (pass it on
+  // world rank 0 only).
+  Trainer(const TrainConfig& config, std::ostream* log, parallel::Mesh* mesh = nullptr);
 
   // Trains from the current position to training.steps; returns the loss of every step run.
   std::vector<double> run();
-  // One optimizer step at the current position; returns its loss.
+  // One optimizer step at the current position; returns its loss (global, all DP ranks).
   double train_step();
   // Mean loss over training.eval_batches global batches of the validation stream.
   double evaluate();
@@ -35,20 +51,29 @@ class Trainer {
   int64_t step() const { return progress_.step; }
   layers::ParameterStore& parameters() { return *store_; }
   AdamW& optimizer() { return *optimizer_; }
+  const layers::TensorParallel& tensor_parallel() const { return tp_; }
+  void set_inspector(StepInspector* inspector) { inspector_ = inspector; }
+  bool is_root() const { return !mesh_ || mesh_->world_rank() == 0; }
 
  private:
   torch::Tensor to_tensor(const std::vector<int64_t>& values, int64_t batch) const;
   void log_line(const std::string& line);
+  double dp_sum(double value);
 
   TrainConfig config_;
   std::ostream* log_;
+  parallel::Mesh* mesh_;
+  layers::TensorParallel tp_;
+  int dp_rank_ = 0, dp_size_ = 1;
   torch::ScalarType dtype_;
   std::unique_ptr<layers::ParameterStore> store_;
   std::unique_ptr<layers::LlamaModel> model_;
   std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<DataParallelGradSync> dp_sync_;
   SampleStreams streams_;
   LrSchedule schedule_;
   TrainingProgress progress_;
+  StepInspector* inspector_ = nullptr;
   double flops_per_token_ = 0;
   double peak_gflops_ = 0;
   double last_grad_norm_ = 0, last_lr_ = 0;

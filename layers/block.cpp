@@ -49,22 +49,37 @@ BlockContext make_block_context(const ModelConfig& config, int64_t seq_len,
   return c;
 }
 
-Block::Block(const ModelConfig& config, int64_t index, ParameterStore& store)
-    : config_(config), index_(index), window_(config.window_of_layer(index)) {
+Block::Block(const ModelConfig& config, int64_t index, ParameterStore& store, TensorParallel tp)
+    : config_(config), tp_(tp), index_(index), window_(config.window_of_layer(index)) {
   const std::string p = "layers." + std::to_string(index) + ".";
   const int64_t h = config.hidden, d = config.head_dim();
   const int64_t q_out = config.heads * d, kv_out = config.kv_heads * d;
   const double std = config.init_std;
   // Output projections feed the residual stream: scaled as in Megatron (std / sqrt(2L)).
   const double out_std = std / std::sqrt(2.0 * config.layers);
+  // Fewer kv heads than TP ranks: keep k/v whole and use the rows of this rank's kv head.
+  const bool kv_replicated = config.kv_heads % tp.size() != 0;
+  const int kv_shard = kv_replicated ? -1 : 0;
+  if (kv_replicated) {
+    const int64_t heads_per_rank = config.heads / tp.size();
+    const int64_t group = config.heads / config.kv_heads;
+    kv_row_offset_ = (tp.rank() * heads_per_rank / group) * d;
+    kv_rows_ = d;
+  }
+  auto kv_spec = [&](ParamSpec s) {
+    s.tp_partial_grad = kv_replicated;
+    return s;
+  };
   attn_norm_ = store.create(vector_param(p + "attn_norm.weight", h, InitMethod::Ones, -1));
   q_proj_ = store.create(matrix(p + "attn.q_proj.weight", q_out, h, 0, std));
-  k_proj_ = store.create(matrix(p + "attn.k_proj.weight", kv_out, h, 0, std));
-  v_proj_ = store.create(matrix(p + "attn.v_proj.weight", kv_out, h, 0, std));
+  k_proj_ = store.create(kv_spec(matrix(p + "attn.k_proj.weight", kv_out, h, kv_shard, std)));
+  v_proj_ = store.create(kv_spec(matrix(p + "attn.v_proj.weight", kv_out, h, kv_shard, std)));
   if (config.qkv_bias) {
     q_bias_ = store.create(vector_param(p + "attn.q_proj.bias", q_out, InitMethod::Zeros, 0));
-    k_bias_ = store.create(vector_param(p + "attn.k_proj.bias", kv_out, InitMethod::Zeros, 0));
-    v_bias_ = store.create(vector_param(p + "attn.v_proj.bias", kv_out, InitMethod::Zeros, 0));
+    k_bias_ = store.create(
+        kv_spec(vector_param(p + "attn.k_proj.bias", kv_out, InitMethod::Zeros, kv_shard)));
+    v_bias_ = store.create(
+        kv_spec(vector_param(p + "attn.v_proj.bias", kv_out, InitMethod::Zeros, kv_shard)));
   }
   o_proj_ = store.create(matrix(p + "attn.o_proj.weight", h, q_out, 1, out_std));
   mlp_norm_ = store.create(vector_param(p + "mlp_norm.weight", h, InitMethod::Ones, -1));
@@ -74,26 +89,33 @@ Block::Block(const ModelConfig& config, int64_t index, ParameterStore& store)
 }
 
 torch::Tensor Block::attention(const torch::Tensor& x, const BlockContext& context) const {
+  // x: this rank's column-parallel input, full sequence [b, s, h].
   const int64_t b = x.size(0), s = x.size(1), d = config_.head_dim();
-  auto project = [&](const torch::Tensor& w, const torch::Tensor& bias) {
-    torch::Tensor y = bias.defined() ? torch::addmm(bias, x.reshape({b * s, -1}), w.t())
-                                     : torch::matmul(x.reshape({b * s, -1}), w.t());
-    return y.view({b, s, -1, d}).transpose(1, 2);  // [b, heads, s, d]
+  torch::Tensor flat = x.reshape({b * s, -1});
+  auto project = [&](torch::Tensor w, torch::Tensor bias, bool kv) {
+    if (kv && kv_rows_ > 0) {
+      w = w.narrow(0, kv_row_offset_, kv_rows_);
+      if (bias.defined()) bias = bias.narrow(0, kv_row_offset_, kv_rows_);
+    }
+    torch::Tensor y = bias.defined() ? torch::addmm(bias, flat, w.t()) : torch::matmul(flat, w.t());
+    return y.view({b, s, -1, d}).transpose(1, 2);  // [b, local heads, s, d]
   };
-  torch::Tensor q = apply_rope(project(q_proj_, q_bias_), context.rope_cos, context.rope_sin);
-  torch::Tensor k = apply_rope(project(k_proj_, k_bias_), context.rope_cos, context.rope_sin);
-  torch::Tensor v = project(v_proj_, v_bias_);
+  torch::Tensor q =
+      apply_rope(project(q_proj_, q_bias_, false), context.rope_cos, context.rope_sin);
+  torch::Tensor k = apply_rope(project(k_proj_, k_bias_, true), context.rope_cos, context.rope_sin);
+  torch::Tensor v = project(v_proj_, v_bias_, true);
   torch::Tensor out = grouped_attention(q, k, v, context.mask_for(window_));
   out = out.transpose(1, 2).reshape({b, s, -1});
-  return torch::matmul(out, o_proj_.t());
+  return tp_.exit_row(torch::matmul(out, o_proj_.t()));
 }
 
 torch::Tensor Block::forward(const torch::Tensor& x, const BlockContext& context,
                              CaptureSink* sink) const {
-  torch::Tensor mixer = attention(rms_norm(x, attn_norm_, config_.norm_eps), context);
+  torch::Tensor mixer =
+      attention(tp_.enter_column(rms_norm(x, attn_norm_, config_.norm_eps)), context);
   torch::Tensor h = x + mixer;
-  torch::Tensor mlp =
-      swiglu(rms_norm(h, mlp_norm_, config_.norm_eps), gate_proj_, up_proj_, down_proj_);
+  torch::Tensor mlp_in = tp_.enter_column(rms_norm(h, mlp_norm_, config_.norm_eps));
+  torch::Tensor mlp = tp_.exit_row(swiglu(mlp_in, gate_proj_, up_proj_, down_proj_));
   torch::Tensor out = h + mlp;
   if (sink) {
     sink->put(capture_name(index_, "mixer_output"), mixer);

@@ -2,12 +2,19 @@
 // (causal, optional sliding window, optional qkv bias), residual, RMSNorm, SwiGLU MLP,
 // residual. A block is a pure function of (input, its parameters, the per-step context), so
 // it can be recomputed in backward for activation checkpointing.
+//
+// Tensor parallel: q/k/v and gate/up are column-parallel (heads and ffn split over TP),
+// o_proj and down_proj row-parallel. When kv_heads < TP each rank keeps the full k/v weights
+// but uses only the rows of the one kv head its query heads read (their gradients are then
+// summed over TP). Under sequence parallel the block's input and output are split along the
+// sequence. Capture points sit after the TP reduction.
 #pragma once
 #include <torch/torch.h>
 
 #include "layers/capture.h"
 #include "layers/model_config.h"
 #include "layers/parameters.h"
+#include "layers/tensor_parallel.h"
 
 namespace retort::layers {
 
@@ -24,7 +31,7 @@ BlockContext make_block_context(const ModelConfig& config, int64_t seq_len,
 
 class Block {
  public:
-  Block(const ModelConfig& config, int64_t index, ParameterStore& store);
+  Block(const ModelConfig& config, int64_t index, ParameterStore& store, TensorParallel tp = {});
   // x: [batch, seq, hidden] -> [batch, seq, hidden]
   torch::Tensor forward(const torch::Tensor& x, const BlockContext& context,
                         CaptureSink* sink) const;
@@ -34,8 +41,11 @@ class Block {
   torch::Tensor attention(const torch::Tensor& x, const BlockContext& context) const;
 
   ModelConfig config_;
+  TensorParallel tp_;
   int64_t index_;
   int64_t window_;
+  int64_t kv_row_offset_ = 0;  // replicated kv weights: first row this rank uses
+  int64_t kv_rows_ = 0;        // replicated kv weights: rows used (0 = weights are sharded)
   torch::Tensor attn_norm_, q_proj_, k_proj_, v_proj_, o_proj_;
   torch::Tensor q_bias_, k_bias_, v_bias_;
   torch::Tensor mlp_norm_, gate_proj_, up_proj_, down_proj_;

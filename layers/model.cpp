@@ -2,15 +2,19 @@
 #include "layers/model.h"
 
 #include "layers/functional.h"
+#include "layers/vocab_parallel.h"
 
 namespace retort::layers {
 
-LlamaModel::LlamaModel(const ModelConfig& config, ParameterStore& store) : config_(config) {
+LlamaModel::LlamaModel(const ModelConfig& config, ParameterStore& store, TensorParallel tp)
+    : config_(config), tp_(tp) {
+  const int64_t padded = padded_vocab_size(config.vocab_size, tp.size());
   ParamSpec embed{"embed.weight", {config.vocab_size, config.hidden}, 0};
   embed.init_std = config.init_std;
+  embed.padded_rows = padded;
   embed_ = store.create(embed);
   blocks_.reserve(config.layers);
-  for (int64_t i = 0; i < config.layers; ++i) blocks_.emplace_back(config, i, store);
+  for (int64_t i = 0; i < config.layers; ++i) blocks_.emplace_back(config, i, store, tp);
   ParamSpec norm{"final_norm.weight", {config.hidden}, -1, true, InitMethod::Ones};
   norm.weight_decay = false;
   final_norm_ = store.create(norm);
@@ -19,30 +23,33 @@ LlamaModel::LlamaModel(const ModelConfig& config, ParameterStore& store) : confi
   } else {
     ParamSpec head{"lm_head.weight", {config.vocab_size, config.hidden}, 0};
     head.init_std = config.init_std;
+    head.padded_rows = padded;
     lm_head_ = store.create(head);
   }
 }
 
-torch::Tensor LlamaModel::forward(const torch::Tensor& tokens, CaptureSink* sink) const {
+torch::Tensor LlamaModel::local_logits(const torch::Tensor& tokens, CaptureSink* sink) const {
   TORCH_CHECK(tokens.dim() == 2, "tokens must be [batch, seq]");
-  torch::Tensor x = torch::embedding(embed_, tokens);
+  torch::Tensor x = vocab_parallel_embedding(tokens, embed_, tp_);
   BlockContext context = make_block_context(config_, tokens.size(1), x.options());
   for (const Block& block : blocks_) x = block.forward(x, context, sink);
-  x = rms_norm(x, final_norm_, config_.norm_eps);
+  x = tp_.enter_column(rms_norm(x, final_norm_, config_.norm_eps));
   return torch::matmul(x, lm_head_.t());
+}
+
+torch::Tensor LlamaModel::forward(const torch::Tensor& tokens, CaptureSink* sink) const {
+  return mask_padded_logits(local_logits(tokens, sink), config_.vocab_size, tp_);
 }
 
 torch::Tensor LlamaModel::loss_sum(const torch::Tensor& tokens, const torch::Tensor& targets,
                                    CaptureSink* sink) const {
-  return cross_entropy_sum(forward(tokens, sink), targets);
+  return vocab_parallel_cross_entropy(local_logits(tokens, sink), targets, config_.vocab_size, tp_)
+      .sum();
 }
 
-torch::Tensor cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor& targets) {
-  namespace F = torch::nn::functional;
-  const int64_t vocab = logits.size(-1);
-  return F::cross_entropy(logits.reshape({-1, vocab}), targets.reshape({-1}),
-                          F::CrossEntropyFuncOptions().reduction(torch::kSum).ignore_index(
-                              kIgnoreIndex));
+torch::Tensor cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor& targets,
+                                int64_t vocab_size) {
+  return vocab_parallel_cross_entropy(logits, targets, vocab_size, TensorParallel{}).sum();
 }
 
 int64_t count_targets(const torch::Tensor& targets) {

@@ -18,6 +18,10 @@ struct ParamSpec {
   bool sequence_replicated = false;  // replicated across a sequence-parallel TP group
   InitMethod init = InitMethod::Normal;
   double init_std = 0.02;       // for InitMethod::Normal
+  // Replicated on every TP rank, but each rank's gradient is only its part (kv heads shared
+  // by several TP ranks): the gradient is summed over TP whatever the sequence mode.
+  bool tp_partial_grad = false;
+  int64_t padded_rows = 0;      // dim 0 padded with zero rows to this size (vocab); 0 = none
   double lr_scale = 1.0;        // 0 = frozen
   bool weight_decay = true;     // false for norms and biases
 
@@ -27,6 +31,16 @@ struct ParamSpec {
     return n;
   }
   bool frozen() const { return lr_scale == 0.0; }
+  // Whether this parameter's gradient must be summed over the TP group.
+  bool needs_tp_grad_sum(bool sequence_parallel) const {
+    return tp_partial_grad || (sequence_parallel && sequence_replicated);
+  }
+  // The shape stored on a rank before any TP split: the global shape with padding.
+  std::vector<int64_t> padded_shape() const {
+    std::vector<int64_t> s = shape;
+    if (padded_rows > 0) s[0] = padded_rows;
+    return s;
+  }
 };
 
 // A seed for the generator of one parameter, from the run seed and the global name only,

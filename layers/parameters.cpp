@@ -20,6 +20,13 @@ torch::Tensor initial_global_value(const ParamSpec& spec, uint64_t run_seed) {
   return {};
 }
 
+torch::Tensor pad_rows(const torch::Tensor& global, const ParamSpec& spec) {
+  if (spec.padded_rows <= global.size(0)) return global;
+  std::vector<int64_t> pad_shape = global.sizes().vec();
+  pad_shape[0] = spec.padded_rows - global.size(0);
+  return torch::cat({global, torch::zeros(pad_shape, global.options())}, 0);
+}
+
 torch::Tensor local_shard(const torch::Tensor& global, const ParamSpec& spec, ShardPosition tp) {
   if (spec.shard_dim < 0 || tp.size == 1) return global;
   const int64_t extent = global.size(spec.shard_dim);
@@ -34,7 +41,9 @@ ParameterStore::ParameterStore(uint64_t seed, torch::ScalarType dtype, ShardPosi
 
 torch::Tensor ParameterStore::create(const ParamSpec& spec) {
   TORCH_CHECK(find(spec.name) == nullptr, "parameter registered twice: ", spec.name);
-  torch::Tensor value = local_shard(initial_global_value(spec, seed_), spec, tp_).to(dtype_);
+  torch::Tensor value = local_shard(pad_rows(initial_global_value(spec, seed_), spec), spec, tp_)
+                            .to(dtype_)
+                            .contiguous();
   value.set_requires_grad(!spec.frozen());
   params_.push_back({spec, value});
   return value;

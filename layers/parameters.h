@@ -46,7 +46,9 @@ class ParameterStore {
 
 // The value a parameter starts from, at global shape, in float32.
 torch::Tensor initial_global_value(const ParamSpec& spec, uint64_t run_seed);
-// This rank's slice of a global tensor along the spec's shard dimension.
+// Appends the spec's zero padding rows (vocabulary padding) to a global tensor.
+torch::Tensor pad_rows(const torch::Tensor& global, const ParamSpec& spec);
+// This rank's slice of a (padded) global tensor along the spec's shard dimension.
 torch::Tensor local_shard(const torch::Tensor& global, const ParamSpec& spec, ShardPosition tp);
 
 }  // namespace retort::layers

@@ -12,6 +12,7 @@
 #include "engine/run_summary.h"
 #include "engine/train_config.h"
 #include "engine/trainer.h"
+#include "parallel/mesh.h"
 #include "parallel/mpi_runtime.h"
 
 namespace po = boost::program_options;
@@ -62,7 +63,8 @@ int train(int argc, char** argv, const parallel::MpiRuntime& mpi) {
               << " intra-op thread(s) per rank (" << mpi.local_size() << " on host "
               << mpi.host() << ")\n"
               << engine::run_summary(train_config) << std::flush;
-  engine::Trainer trainer(train_config, root ? &std::cout : nullptr);
+  parallel::Mesh mesh(train_config.layout);
+  engine::Trainer trainer(train_config, root ? &std::cout : nullptr, &mesh);
   trainer.run();
   return 0;
 }

@@ -1,0 +1,29 @@
+// layers/tensor_parallel.h: how a layer is split over its tensor-parallel group, and the two
+// places where the residual stream meets a split layer: entering a column-parallel layer
+// (TP: copy_to_tp; STP: gather_from_sp along the sequence) and leaving a row-parallel one
+// (TP: reduce_from_tp; STP: reduce_scatter_to_sp). With no group everything is local.
+#pragma once
+#include <torch/torch.h>
+
+#include "layers/parameters.h"
+#include "parallel/communicator.h"
+
+namespace retort::layers {
+
+struct TensorParallel {
+  parallel::Communicator* group = nullptr;  // null: one rank
+  bool sequence_parallel = false;
+
+  int rank() const { return group ? group->rank() : 0; }
+  int size() const { return group ? group->size() : 1; }
+  ShardPosition position() const { return {rank(), size()}; }
+  // Residual stream -> input of a column-parallel layer (full sequence, replicated).
+  torch::Tensor enter_column(const torch::Tensor& x) const;
+  // Partial output of a row-parallel layer -> residual stream (summed; seq-split under STP).
+  torch::Tensor exit_row(const torch::Tensor& x) const;
+};
+
+// Vocabulary rows after padding to a multiple of TP x 128 (as Megatron pads).
+int64_t padded_vocab_size(int64_t vocab_size, int tp_size);
+
+}  // namespace retort::layers

@@ -1,0 +1,27 @@
+// layers/vocab_parallel.h: the vocabulary split over TP ranks (rows [start, start + local)
+// of the padded embedding / LM head on each rank). The embedding looks up local rows and
+// sums over ranks; the cross-entropy reduces the max, the target logit and the sum of
+// exponentials over ranks and computes its gradient locally, never gathering the
+// vocabulary. Rows at or beyond the real vocabulary (padding) never count.
+#pragma once
+#include <torch/torch.h>
+
+#include "layers/tensor_parallel.h"
+
+namespace retort::layers {
+
+// tokens [b, s] -> [b, s, h] (TP) or [b, s/tp, h] (STP).
+torch::Tensor vocab_parallel_embedding(const torch::Tensor& tokens, const torch::Tensor& weight,
+                                       const TensorParallel& tp);
+
+// logits [..., local_vocab] on each rank, targets [...] with kIgnoreIndex for padding.
+// Returns the per-token loss [...] (0 where ignored), identical on every TP rank.
+torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits,
+                                           const torch::Tensor& targets, int64_t vocab_size,
+                                           const TensorParallel& tp);
+
+// Sets the logits of padded vocabulary rows to -inf (for consumers of raw logits).
+torch::Tensor mask_padded_logits(const torch::Tensor& logits, int64_t vocab_size,
+                                 const TensorParallel& tp);
+
+}  // namespace retort::layers
