@@ -101,8 +101,10 @@ double Trainer::train_step() {
     loss.backward();
     loss_value += loss.item<double>();
   }
-  sum_partial_tp_grads(*store_, tp_);
+  // DP buckets first: finish() writes the bucket sums back over .grad(), so the TP partial
+  // sums must come after it (both are sums, so the order is otherwise free).
   if (dp_sync_) dp_sync_->finish();
+  sum_partial_tp_grads(*store_, tp_);
   loss_value = dp_sum(loss_value);
   if (inspector_ && inspector_->on_gradients) inspector_->on_gradients(progress_.step + 1, loss_value);
   last_grad_norm_ = clip_grad_norm(*store_, config_.optimizer.grad_clip, tp_);

@@ -32,8 +32,10 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
 
     torch::Tensor in_range = (t >= vocab_start) & (t < vocab_start + local);
     torch::Tensor local_index = torch::where(in_range, t - vocab_start, torch::zeros_like(t));
-    torch::Tensor target_logit =
-        shifted.gather(1, local_index.unsqueeze(1)).squeeze(1) * in_range.to(shifted.dtype());
+    // where(), not a product with the mask: a rank holding only padding has -inf logits.
+    torch::Tensor target_logit = torch::where(
+        in_range, shifted.gather(1, local_index.unsqueeze(1)).squeeze(1),
+        torch::zeros({}, shifted.options()));
     target_logit = target_logit.contiguous();
     all_reduce(target_logit, group, parallel::ReduceOp::Sum);
 
