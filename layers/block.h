@@ -11,7 +11,9 @@
 #pragma once
 #include <torch/torch.h>
 
+#include "layers/attention.h"
 #include "layers/capture.h"
+#include "layers/mlp.h"
 #include "layers/model_config.h"
 #include "layers/parameters.h"
 #include "layers/tensor_parallel.h"
@@ -32,23 +34,18 @@ BlockContext make_block_context(const ModelConfig& config, int64_t seq_len,
 class Block {
  public:
   Block(const ModelConfig& config, int64_t index, ParameterStore& store, TensorParallel tp = {});
-  // x: [batch, seq, hidden] -> [batch, seq, hidden]
+  // x: [batch, seq, hidden] (seq / tp under sequence parallel) -> the same shape
   torch::Tensor forward(const torch::Tensor& x, const BlockContext& context,
                         CaptureSink* sink) const;
   int64_t index() const { return index_; }
 
  private:
-  torch::Tensor attention(const torch::Tensor& x, const BlockContext& context) const;
-
-  ModelConfig config_;
+  double norm_eps_;
   TensorParallel tp_;
   int64_t index_;
-  int64_t window_;
-  int64_t kv_row_offset_ = 0;  // replicated kv weights: first row this rank uses
-  int64_t kv_rows_ = 0;        // replicated kv weights: rows used (0 = weights are sharded)
-  torch::Tensor attn_norm_, q_proj_, k_proj_, v_proj_, o_proj_;
-  torch::Tensor q_bias_, k_bias_, v_bias_;
-  torch::Tensor mlp_norm_, gate_proj_, up_proj_, down_proj_;
+  torch::Tensor attn_norm_, mlp_norm_;
+  Attention attention_;
+  SwiGluMlp mlp_;
 };
 
 }  // namespace retort::layers

@@ -55,10 +55,4 @@ torch::Tensor grouped_attention(const torch::Tensor& q, const torch::Tensor& k,
   return torch::matmul(probs, v).view({b, heads, s, d});
 }
 
-torch::Tensor swiglu(const torch::Tensor& x, const torch::Tensor& gate, const torch::Tensor& up,
-                     const torch::Tensor& down) {
-  torch::Tensor h = torch::silu(torch::matmul(x, gate.t())) * torch::matmul(x, up.t());
-  return torch::matmul(h, down.t());
-}
-
 }  // namespace retort::layers

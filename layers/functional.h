@@ -1,7 +1,7 @@
 // layers/functional.h: the stateless maths of a Llama block: RMSNorm, rotary embeddings in
 // the Hugging Face rotate-half convention, the causal / sliding-window mask, grouped-query
-// attention on per-head tensors, and SwiGLU. Modules compose these; tests check each one
-// against an independent formula.
+// attention on per-head tensors. Modules compose these; tests check them against an
+// independent per-head reference.
 #pragma once
 #include <torch/torch.h>
 
@@ -27,9 +27,5 @@ torch::Tensor attention_mask(int64_t q_len, int64_t k_len, int64_t q_offset, int
 // kv_heads (each kv head serves heads/kv_heads consecutive query heads, as in HF repeat_kv).
 torch::Tensor grouped_attention(const torch::Tensor& q, const torch::Tensor& k,
                                 const torch::Tensor& v, const torch::Tensor& mask);
-
-// silu(x W_gate^T) * (x W_up^T), then W_down^T.
-torch::Tensor swiglu(const torch::Tensor& x, const torch::Tensor& gate, const torch::Tensor& up,
-                     const torch::Tensor& down);
 
 }  // namespace retort::layers

@@ -1,0 +1,31 @@
+// layers/attention.h: grouped-query self-attention with RoPE (causal, optional sliding
+// window, optional qkv bias), heads split over TP: q/k/v column-parallel, o row-parallel.
+// With fewer kv heads than TP ranks, each rank keeps k/v whole and uses the rows of the one
+// kv head its query heads read.
+#pragma once
+#include <torch/torch.h>
+
+#include <optional>
+
+#include "layers/model_config.h"
+#include "layers/parallel_linear.h"
+
+namespace retort::layers {
+
+class Attention {
+ public:
+  Attention(const ModelConfig& config, const std::string& prefix, int64_t window,
+            ParameterStore& store, const TensorParallel& tp);
+  // x: the column-parallel input [b, s, h] (full sequence, replicated over TP);
+  // returns the TP-reduced output (sequence-split under STP).
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& rope_cos,
+                        const torch::Tensor& rope_sin, const torch::Tensor& mask) const;
+  int64_t window() const { return window_; }
+
+ private:
+  int64_t head_dim_, window_;
+  std::optional<ColumnParallelLinear> q_, k_, v_;
+  std::optional<RowParallelLinear> o_;
+};
+
+}  // namespace retort::layers

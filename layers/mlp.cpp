@@ -1,0 +1,20 @@
+// layers/mlp.cpp: see mlp.h.
+#include "layers/mlp.h"
+
+#include <cmath>
+
+namespace retort::layers {
+
+SwiGluMlp::SwiGluMlp(const ModelConfig& c, const std::string& p, ParameterStore& store,
+                     const TensorParallel& tp) {
+  const double out_std = c.init_std / std::sqrt(2.0 * c.layers);
+  gate_.emplace(LinearSpec{p + "gate_proj", c.hidden, c.ffn_hidden, c.init_std}, store, tp);
+  up_.emplace(LinearSpec{p + "up_proj", c.hidden, c.ffn_hidden, c.init_std}, store, tp);
+  down_.emplace(LinearSpec{p + "down_proj", c.ffn_hidden, c.hidden, out_std}, store, tp);
+}
+
+torch::Tensor SwiGluMlp::forward(const torch::Tensor& x) const {
+  return down_->forward(torch::silu(gate_->forward(x)) * up_->forward(x));
+}
+
+}  // namespace retort::layers
