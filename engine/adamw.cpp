@@ -5,12 +5,13 @@
 
 namespace retort::engine {
 
-AdamW::AdamW(layers::ParameterStore& store, const OptimizerConfig& config)
+AdamW::AdamW(layers::ParameterStore& store, const OptimizerConfig& config,
+             const std::function<bool(size_t)>& owns)
     : store_(store), config_(config) {
   states_.resize(store.all().size());
   for (size_t i = 0; i < states_.size(); ++i) {
     const auto& p = store.all()[i];
-    if (p.spec.frozen()) continue;
+    if (p.spec.frozen() || (owns && !owns(i))) continue;
     states_[i].exp_avg = torch::zeros_like(p.value, torch::MemoryFormat::Contiguous);
     states_[i].exp_avg_sq = torch::zeros_like(p.value, torch::MemoryFormat::Contiguous);
   }
@@ -19,7 +20,7 @@ AdamW::AdamW(layers::ParameterStore& store, const OptimizerConfig& config)
 void AdamW::step_parameter(size_t index, double lr) {
   layers::Parameter& p = store_.all()[index];
   AdamState& s = states_[index];
-  if (p.spec.frozen() || !p.value.grad().defined()) return;
+  if (!s.exp_avg.defined() || !p.value.grad().defined()) return;
   torch::NoGradGuard no_grad;
   const double step_lr = lr * p.spec.lr_scale;
   const torch::Tensor& g = p.value.grad();
@@ -44,7 +45,8 @@ int64_t AdamW::state_bytes() const {
   return bytes;
 }
 
-double global_grad_norm(const layers::ParameterStore& store, const layers::TensorParallel& tp) {
+double global_grad_norm(const layers::ParameterStore& store, const layers::TensorParallel& tp,
+                        parallel::Communicator* sharded_over) {
   double sharded = 0, replicated = 0;
   for (const auto& p : store.all()) {
     if (p.spec.frozen() || !p.value.grad().defined()) continue;
@@ -56,12 +58,18 @@ double global_grad_norm(const layers::ParameterStore& store, const layers::Tenso
     tp.group->all_reduce(s);
     sharded = s.item<double>();
   }
-  return std::sqrt(sharded + replicated);
+  double total = sharded + replicated;
+  if (sharded_over && sharded_over->size() > 1) {
+    torch::Tensor t = torch::tensor({total}, torch::kDouble);
+    sharded_over->all_reduce(t);
+    total = t.item<double>();
+  }
+  return std::sqrt(total);
 }
 
 double clip_grad_norm(layers::ParameterStore& store, double max_norm,
-                      const layers::TensorParallel& tp) {
-  const double norm = global_grad_norm(store, tp);
+                      const layers::TensorParallel& tp, parallel::Communicator* sharded_over) {
+  const double norm = global_grad_norm(store, tp, sharded_over);
   if (max_norm > 0 && norm > max_norm) {
     const double scale = max_norm / (norm + 1e-6);
     torch::NoGradGuard no_grad;

@@ -5,6 +5,7 @@
 #pragma once
 #include <torch/torch.h>
 
+#include <functional>
 #include <vector>
 
 #include "engine/train_config.h"
@@ -19,7 +20,10 @@ struct AdamState {
 
 class AdamW {
  public:
-  AdamW(layers::ParameterStore& store, const OptimizerConfig& config);
+  // owns(i): whether this rank keeps state for and steps parameter i (ZeRO-1 partitions
+  // parameters over DP ranks); null = every trainable parameter.
+  AdamW(layers::ParameterStore& store, const OptimizerConfig& config,
+        const std::function<bool(size_t)>& owns = nullptr);
 
   // Counts one optimizer step; call once before stepping the parameters of that step.
   void begin_step() { ++steps_; }
@@ -43,9 +47,13 @@ class AdamW {
 // element counted once: TP-sharded parameters are summed over the TP group, replicated ones
 // taken from this rank (they are equal on every rank once gradients are synchronised; DP
 // gradients are already summed, so DP adds nothing).
-double global_grad_norm(const layers::ParameterStore& store, const layers::TensorParallel& tp = {});
+// Under ZeRO-1 (sharded_over non-null) each rank holds the gradients of its own parameters
+// only, and the sums are added over that group.
+double global_grad_norm(const layers::ParameterStore& store, const layers::TensorParallel& tp = {},
+                        parallel::Communicator* sharded_over = nullptr);
 // Scales all gradients so their global norm is at most max_norm; returns the norm before.
 double clip_grad_norm(layers::ParameterStore& store, double max_norm,
-                      const layers::TensorParallel& tp = {});
+                      const layers::TensorParallel& tp = {},
+                      parallel::Communicator* sharded_over = nullptr);
 
 }  // namespace retort::engine

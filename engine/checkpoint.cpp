@@ -51,19 +51,21 @@ std::string resolve_checkpoint(const std::string& target) {
 
 void save_checkpoint(const std::string& path, const layers::ParameterStore& store,
                      AdamW* optimizer, const TrainingProgress& progress,
-                     const layers::TensorParallel& tp, bool writer) {
+                     const layers::TensorParallel& tp, bool writer, ZeroPartition* zero) {
   // Every TP rank takes part in the gathers; only the writer touches the file system.
   std::vector<std::pair<std::string, torch::Tensor>> datasets;
   for (size_t i = 0; i < store.all().size(); ++i) {
     const layers::Parameter& p = store.all()[i];
     datasets.emplace_back("/params/" + p.spec.name, to_global(p.value, p.spec, tp));
-    if (optimizer && optimizer->states()[i].exp_avg.defined()) {
-      const AdamState& s = optimizer->states()[i];
-      datasets.emplace_back("/optimizer/exp_avg/" + p.spec.name,
-                            to_global(s.exp_avg, p.spec, tp));
-      datasets.emplace_back("/optimizer/exp_avg_sq/" + p.spec.name,
-                            to_global(s.exp_avg_sq, p.spec, tp));
+    if (!optimizer || p.spec.frozen()) continue;
+    torch::Tensor m = optimizer->states()[i].exp_avg, v = optimizer->states()[i].exp_avg_sq;
+    if (zero) {  // ZeRO-1: the state lives on the parameter's owner only
+      if (!m.defined()) m = torch::empty_like(p.value), v = torch::empty_like(p.value);
+      zero->group().broadcast(m, zero->owner(i));
+      zero->group().broadcast(v, zero->owner(i));
     }
+    datasets.emplace_back("/optimizer/exp_avg/" + p.spec.name, to_global(m, p.spec, tp));
+    datasets.emplace_back("/optimizer/exp_avg_sq/" + p.spec.name, to_global(v, p.spec, tp));
   }
   if (!writer) return;
   fs::create_directories(fs::path(path).parent_path());

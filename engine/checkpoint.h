@@ -8,6 +8,7 @@
 #include <string>
 
 #include "engine/adamw.h"
+#include "engine/zero_partition.h"
 #include "layers/parameters.h"
 #include "layers/tensor_parallel.h"
 
@@ -23,7 +24,8 @@ struct TrainingProgress {
 // `writer` true writes the file (one writer per model replica set, i.e. world rank 0).
 void save_checkpoint(const std::string& path, const layers::ParameterStore& store,
                      AdamW* optimizer, const TrainingProgress& progress,
-                     const layers::TensorParallel& tp = {}, bool writer = true);
+                     const layers::TensorParallel& tp = {}, bool writer = true,
+                     ZeroPartition* zero = nullptr);
 
 // Loads parameters (strict: every name present with the same global shape) and, when
 // optimizer is non-null, the optimizer state, each rank taking its own shard, so any layout

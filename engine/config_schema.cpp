@@ -53,6 +53,8 @@ std::vector<KeySpec> build_keys() {
       {"optimizer.beta2", T::Float, "0.95", 0, 0.999999, {}, "AdamW beta2"},
       {"optimizer.eps", T::Float, "1e-8", 0, 1, {}, "AdamW epsilon"},
       {"optimizer.weight_decay", T::Float, "0.1", 0, 10, {}, "decoupled weight decay"},
+      {"optimizer.zero_stage", T::Int, "0", 0, 1, {},
+       "1 = shard AdamW state over data-parallel ranks (ZeRO-1)"},
       {"optimizer.grad_clip", T::Float, "1.0", 0, kInf, {}, "global-norm clip, 0 = off"},
 
       {"checkpoint.save_every", T::Int, "0", 0, 1e12, {}, "steps between saves, 0 = only at end"},

@@ -16,12 +16,14 @@
 namespace retort::engine {
 
 ConsistencyLayout parse_consistency_layout(const std::string& name) {
-  static const std::regex pattern("^(S?)TP([0-9]+)(xDP([0-9]+))?$|^DP([0-9]+)$");
+  static const std::regex pattern("^(?:(S?)TP([0-9]+)(xDP([0-9]+))?|DP([0-9]+))(-Z1)?$");
   std::smatch m;
   if (!std::regex_match(name, m, pattern))
-    throw UserError("layout '" + name + "': expected TPn, STPn, DPn or TPnxDPm / STPnxDPm");
+    throw UserError("layout '" + name +
+                    "': expected TPn, STPn, DPn or TPnxDPm / STPnxDPm, optionally with -Z1");
   ConsistencyLayout l;
   l.name = name;
+  l.zero_stage = m[6].matched ? 1 : 0;
   if (m[5].matched) {
     l.data = std::stoi(m[5]);
   } else {
@@ -45,12 +47,18 @@ void run_consistency_layout(const Config& base, const ConsistencyLayout& layout,
   Config config = base;
   const int64_t global_batch = base.get_int("training.global_batch");
   const int64_t micro = global_batch / (layout.data * accumulation);
+  if (micro < compare_samples || micro * layout.data * accumulation != global_batch)
+    throw UserError("layout " + layout.name + ": training.global_batch=" +
+                    std::to_string(global_batch) + " does not give micro-batches of at least " +
+                    std::to_string(compare_samples) + " samples with " +
+                    std::to_string(accumulation) + " accumulation steps");
   config.apply_override("parallel.tensor=" + std::to_string(layout.tensor));
   config.apply_override("parallel.data=" + std::to_string(layout.data));
   config.apply_override(std::string("parallel.sequence_parallel=") +
                         (layout.sequence_parallel ? "true" : "false"));
   config.apply_override("training.micro_batch=" + std::to_string(micro));
   config.apply_override("checkpoint.save_at_end=false");
+  config.apply_override("optimizer.zero_stage=" + std::to_string(layout.zero_stage));
   config.apply_override("training.eval_every=0");
   TrainConfig train_config = make_train_config(config, layout.ranks());
 
@@ -77,7 +85,13 @@ void run_consistency_layout(const Config& base, const ConsistencyLayout& layout,
     if (writer) record->losses.push_back(loss);
     for (auto& p : trainer.parameters().all()) {
       if (p.spec.frozen()) continue;
-      torch::Tensor g = to_global(p.value.grad(), p.spec, tp);
+      torch::Tensor local = p.value.grad();
+      if (ZeroPartition* zero = trainer.zero()) {  // the owner holds the summed gradient
+        const size_t i = &p - &trainer.parameters().all()[0];
+        if (!local.defined()) local = torch::empty_like(p.value);
+        zero->group().broadcast(local, zero->owner(i));
+      }
+      torch::Tensor g = to_global(local, p.spec, tp);
       if (writer) record->gradients[step][p.spec.name] = g.to(torch::kDouble);
     }
   };
@@ -154,15 +168,15 @@ std::string format_comparison_table(const std::vector<ComparisonRow>& rows,
                                     const ConsistencyTolerances& tol) {
   std::ostringstream os;
   char line[512];
-  std::snprintf(line, sizeof(line), "| %-10s | %-12s | %-12s | %-40s | %-12s | %-34s | %-4s |\n",
+  std::snprintf(line, sizeof(line), "| %-12s | %-12s | %-12s | %-40s | %-12s | %-34s | %-4s |\n",
                 "layout", "loss (all)", "grad step 1", "worst gradient", "act step 1",
                 "worst activation", "ok");
   os << line;
-  os << "|------------|--------------|--------------|------------------------------------------|"
+  os << "|--------------|--------------|--------------|------------------------------------------|"
         "--------------|------------------------------------|------|\n";
   for (const ComparisonRow& r : rows) {
     std::snprintf(line, sizeof(line),
-                  "| %-10s | %12.3e | %12.3e | %-40s | %12.3e | %-34s | %-4s |\n",
+                  "| %-12s | %12.3e | %12.3e | %-40s | %12.3e | %-34s | %-4s |\n",
                   r.layout.c_str(), r.loss, r.gradient, r.worst_gradient.c_str(), r.activation,
                   r.worst_activation.c_str(), r.ok ? "yes" : "NO");
     os << line;

@@ -18,10 +18,12 @@ struct ConsistencyLayout {
   std::string name;  // e.g. "STP2xDP2"
   int tensor = 1, data = 1;
   bool sequence_parallel = false;
+  int zero_stage = 0;  // "-Z1": AdamW state sharded over DP
   int ranks() const { return tensor * data; }
 };
 
-// Parses "TP1", "TP2", "STP2", "DP2", "TP2xDP2", "STP4xDP2"; throws UserError otherwise.
+// Parses "TP1", "TP2", "STP2", "DP2", "TP2xDP2", "STP4xDP2", each optionally suffixed
+// "-Z1" (ZeRO-1); throws UserError otherwise.
 ConsistencyLayout parse_consistency_layout(const std::string& name);
 
 struct ConsistencyTolerances {

@@ -79,6 +79,7 @@ TrainConfig make_train_config(const Config& c, int world_size) {
   o.eps = c.get_float("optimizer.eps");
   o.weight_decay = c.get_float("optimizer.weight_decay");
   o.grad_clip = c.get_float("optimizer.grad_clip");
+  o.zero_stage = static_cast<int>(c.get_int("optimizer.zero_stage"));
   require(o.min_lr <= o.lr, "optimizer.min_lr must not exceed optimizer.lr");
 
   t.checkpoint.save_every = c.get_int("checkpoint.save_every");

@@ -24,6 +24,7 @@ struct OptimizerConfig {
   std::string schedule = "cosine";
   int64_t warmup_steps = 10, decay_steps = 0;
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1, grad_clip = 1.0;
+  int zero_stage = 0;
 };
 
 struct TrainingConfig {

@@ -31,10 +31,16 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log, parallel::Mesh* m
   }
   store_ = std::make_unique<layers::ParameterStore>(config_.seed, dtype_, tp_.position());
   model_ = std::make_unique<layers::LlamaModel>(config_.model, *store_, tp_);
-  optimizer_ = std::make_unique<AdamW>(*store_, config_.optimizer);
-  if (dp_size_ > 1)
-    dp_sync_ = std::make_unique<DataParallelGradSync>(
-        *store_, mesh_->dp(), static_cast<int64_t>(config_.dp_bucket_mb * 1e6));
+  if (dp_size_ > 1 && config_.optimizer.zero_stage == 1) {
+    zero_ = std::make_unique<ZeroPartition>(*store_, mesh_->dp());
+    optimizer_ = std::make_unique<AdamW>(*store_, config_.optimizer,
+                                         [this](size_t i) { return zero_->owns(i); });
+  } else {
+    optimizer_ = std::make_unique<AdamW>(*store_, config_.optimizer);
+    if (dp_size_ > 1)
+      dp_sync_ = std::make_unique<DataParallelGradSync>(
+          *store_, mesh_->dp(), static_cast<int64_t>(config_.dp_bucket_mb * 1e6));
+  }
   streams_ = build_sample_streams(config_.data, config_.seed);
 
   schedule_.lr = config_.optimizer.lr;
@@ -106,11 +112,14 @@ double Trainer::train_step() {
   if (dp_sync_) dp_sync_->finish();
   sum_partial_tp_grads(*store_, tp_);
   loss_value = dp_sum(loss_value);
+  if (zero_) zero_->reduce_scatter_gradients(*store_);
   if (inspector_ && inspector_->on_gradients) inspector_->on_gradients(progress_.step + 1, loss_value);
-  last_grad_norm_ = clip_grad_norm(*store_, config_.optimizer.grad_clip, tp_);
+  last_grad_norm_ = clip_grad_norm(*store_, config_.optimizer.grad_clip, tp_,
+                                   zero_ ? &zero_->group() : nullptr);
   last_lr_ = schedule_.at(progress_.step);
   optimizer_->begin_step();
   optimizer_->step_all(last_lr_);
+  if (zero_) zero_->all_gather_parameters(*store_);
   progress_.step += 1;
   progress_.consumed_samples += t.global_batch;
   return loss_value;
@@ -135,7 +144,7 @@ double Trainer::evaluate() {
 }
 
 void Trainer::save(const std::string& path) {
-  save_checkpoint(path, *store_, optimizer_.get(), progress_, tp_, is_root());
+  save_checkpoint(path, *store_, optimizer_.get(), progress_, tp_, is_root(), zero_.get());
   log_line("saved checkpoint " + path);
 }
 

@@ -20,6 +20,7 @@
 #include "engine/lr_schedule.h"
 #include "engine/metrics.h"
 #include "engine/train_config.h"
+#include "engine/zero_partition.h"
 #include "layers/model.h"
 #include "parallel/mesh.h"
 
@@ -30,7 +31,8 @@ struct StepInspector {
   std::set<std::string> captures;  // capture points to record on the first micro-batch
   // After the first micro-batch's forward: its recorded captures (this rank's shards).
   std::function<void(int64_t step, layers::CaptureSink&)> on_captures;
-  // After gradients are whole across ranks, before clipping and the optimizer step.
+  // After gradients are whole across ranks, before clipping and the optimizer step (under
+  // ZeRO-1 a rank then holds the gradients of the parameters it owns only).
   std::function<void(int64_t step, double loss)> on_gradients;
 };
 
@@ -53,6 +55,7 @@ class Trainer {
   AdamW& optimizer() { return *optimizer_; }
   const layers::TensorParallel& tensor_parallel() const { return tp_; }
   void set_inspector(StepInspector* inspector) { inspector_ = inspector; }
+  ZeroPartition* zero() { return zero_.get(); }  // null unless optimizer.zero_stage=1, DP>1
   bool is_root() const { return !mesh_ || mesh_->world_rank() == 0; }
 
  private:
@@ -70,6 +73,7 @@ class Trainer {
   std::unique_ptr<layers::LlamaModel> model_;
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<DataParallelGradSync> dp_sync_;
+  std::unique_ptr<ZeroPartition> zero_;  // ZeRO-1 over DP, instead of dp_sync_
   SampleStreams streams_;
   LrSchedule schedule_;
   TrainingProgress progress_;

@@ -143,6 +143,41 @@ Handle Communicator::reduce_scatter_flat_async(const torch::Tensor& in, torch::T
   return Handle(request, nullptr);
 }
 
+Handle Communicator::reduce_scatter_v_async(const torch::Tensor& in, torch::Tensor& out,
+                                            const std::vector<int>& counts) {
+  require_contiguous_cpu(in, "reduce_scatter_v");
+  require_contiguous_cpu(out, "reduce_scatter_v");
+  count("reduce_scatter", bytes_of(in));
+  if (size_ == 1) {
+    out.copy_(in.view(out.sizes()));
+    return {};
+  }
+  MPI_Request request;
+  MPI_Ireduce_scatter(in.data_ptr(), out.data_ptr(), counts.data(), mpi_type(in), MPI_SUM, comm_,
+                      &request);
+  return Handle(request, nullptr);
+}
+
+Handle Communicator::all_gather_v_async(const torch::Tensor& in, torch::Tensor& out,
+                                        const std::vector<int>& counts) {
+  require_contiguous_cpu(in, "all_gather_v");
+  require_contiguous_cpu(out, "all_gather_v");
+  count("all_gather", bytes_of(out));
+  if (size_ == 1) {
+    out.copy_(in.view(out.sizes()));
+    return {};
+  }
+  auto displacements = std::make_shared<std::vector<int>>(counts.size(), 0);
+  for (size_t r = 1; r < counts.size(); ++r)
+    (*displacements)[r] = (*displacements)[r - 1] + counts[r - 1];
+  auto kept_counts = std::make_shared<std::vector<int>>(counts);
+  MPI_Request request;
+  MPI_Iallgatherv(in.data_ptr(), int(in.numel()), mpi_type(in), out.data_ptr(),
+                  kept_counts->data(), displacements->data(), mpi_type(out), comm_, &request);
+  // The count and displacement arrays must live until the operation completes.
+  return Handle(request, [kept_counts, displacements] {});
+}
+
 void Communicator::broadcast(torch::Tensor& t, int root) {
   require_contiguous_cpu(t, "broadcast");
   count("broadcast", bytes_of(t));

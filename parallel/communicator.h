@@ -63,6 +63,12 @@ class Communicator {
   // Flat contiguous forms for buckets: out has size x in's elements / in has size x out's.
   Handle all_gather_flat_async(const torch::Tensor& in, torch::Tensor& out);
   Handle reduce_scatter_flat_async(const torch::Tensor& in, torch::Tensor& out);
+  // Variable-size forms (ZeRO): rank r receives / contributes counts[r] elements; `in` of
+  // reduce_scatter_v and `out` of all_gather_v hold the ranks' parts in rank order.
+  Handle reduce_scatter_v_async(const torch::Tensor& in, torch::Tensor& out,
+                                const std::vector<int>& counts);
+  Handle all_gather_v_async(const torch::Tensor& in, torch::Tensor& out,
+                            const std::vector<int>& counts);
   void broadcast(torch::Tensor& tensor, int root);
   void send(const torch::Tensor& tensor, int destination, int tag = 0);
   void recv(torch::Tensor& tensor, int source, int tag = 0);

@@ -20,16 +20,16 @@ namespace {
 int run(int argc, char** argv, parallel::MpiRuntime& mpi) {
   po::options_description options("Usage: engine_consistency CONFIG.yaml [key=value ...]");
   std::string layouts_text, out;
-  int64_t accumulation = 2, samples = 2;
+  int64_t accumulation = 2, samples = 1;
   options.add_options()("help,h", "print this help")(
       "layouts", po::value<std::string>(&layouts_text)
-                     ->default_value("TP1,TP2,STP2,DP2,TP2xDP2,STP2xDP2,TP4,STP4"),
+                     ->default_value("TP1,TP2,STP2,DP2,TP2xDP2,STP2xDP2,TP4,STP4,DP2-Z1,STP2xDP2-Z1,DP4-Z1"),
       "comma-separated layouts; the first is the reference")(
       "out", po::value<std::string>(&out)->default_value("runs/consistency"),
       "directory for the per-layout HDF5 records")(
       "accumulation", po::value<int64_t>(&accumulation)->default_value(2),
       "micro-batches per step on every layout")(
-      "samples", po::value<int64_t>(&samples)->default_value(2),
+      "samples", po::value<int64_t>(&samples)->default_value(1),
       "samples of the first micro-batch whose activations are compared");
   po::options_description hidden;
   hidden.add_options()("config", po::value<std::string>())(
@@ -96,5 +96,8 @@ int main(int argc, char** argv) {
   } catch (const UserError& e) {
     if (mpi.world_rank() == 0) std::cerr << "error: " << e.what() << std::endl;
     parallel::MpiRuntime::abort_all(2);
+  } catch (const std::exception& e) {
+    std::cerr << "internal error: " << e.what() << std::endl;
+    parallel::MpiRuntime::abort_all(3);
   }
 }

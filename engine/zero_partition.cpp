@@ -1,0 +1,74 @@
+// engine/zero_partition.cpp: see zero_partition.h.
+#include "engine/zero_partition.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace retort::engine {
+
+ZeroPartition::ZeroPartition(const layers::ParameterStore& store, parallel::Communicator& dp)
+    : dp_(dp), owner_(store.all().size(), -1), by_rank_(dp.size()), counts_(dp.size(), 0) {
+  // Largest parameters first, each to the least-loaded rank: deterministic on every rank.
+  std::vector<size_t> order;
+  for (size_t i = 0; i < store.all().size(); ++i)
+    if (!store.all()[i].spec.frozen()) order.push_back(i);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return store.all()[a].value.numel() > store.all()[b].value.numel();
+  });
+  std::vector<int64_t> load(dp.size(), 0);
+  for (size_t i : order) {
+    const int rank = int(std::min_element(load.begin(), load.end()) - load.begin());
+    owner_[i] = rank;
+    load[rank] += store.all()[i].value.numel();
+  }
+  for (size_t i = 0; i < owner_.size(); ++i)
+    if (owner_[i] >= 0) {
+      by_rank_[owner_[i]].push_back(i);
+      counts_[owner_[i]] += int(store.all()[i].value.numel());
+    }
+}
+
+void ZeroPartition::reduce_scatter_gradients(layers::ParameterStore& store) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> flats;
+  for (const auto& params : by_rank_)
+    for (size_t i : params) {
+      auto& p = store.all()[i];
+      if (!p.value.grad().defined()) p.value.mutable_grad() = torch::zeros_like(p.value);
+      flats.push_back(p.value.grad().reshape({-1}));
+    }
+  torch::Tensor in = torch::cat(flats);
+  torch::Tensor out = torch::empty({counts_[dp_.rank()]}, in.options());
+  dp_.reduce_scatter_v_async(in, out, counts_).wait();
+  int64_t offset = 0;
+  for (size_t i = 0; i < owner_.size(); ++i) {
+    auto& p = store.all()[i];
+    if (owner_[i] < 0) continue;
+    if (!owns(i)) {
+      p.value.mutable_grad().reset();  // not ours: no gradient, no state, no step
+      continue;
+    }
+    p.value.mutable_grad().view({-1}).copy_(out.narrow(0, offset, p.value.numel()));
+    offset += p.value.numel();
+  }
+}
+
+void ZeroPartition::all_gather_parameters(layers::ParameterStore& store) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> mine;
+  for (size_t i : by_rank_[dp_.rank()]) mine.push_back(store.all()[i].value.reshape({-1}));
+  const int64_t total = std::accumulate(counts_.begin(), counts_.end(), int64_t(0));
+  torch::Tensor in = mine.empty() ? torch::empty({0}, store.all()[0].value.options())
+                                  : torch::cat(mine);
+  torch::Tensor out = torch::empty({total}, in.options().requires_grad(false));
+  dp_.all_gather_v_async(in.detach(), out, counts_).wait();
+  int64_t offset = 0;
+  for (const auto& params : by_rank_)
+    for (size_t i : params) {
+      auto& p = store.all()[i];
+      p.value.view({-1}).copy_(out.narrow(0, offset, p.value.numel()));
+      offset += p.value.numel();
+    }
+}
+
+}  // namespace retort::engine
