@@ -95,6 +95,9 @@ void run_consistency_layout(const Config& base, const ConsistencyLayout& layout,
       if (writer) record->gradients[step][p.spec.name] = g.to(torch::kDouble);
     }
   };
+  inspector.on_step_end = [&](int64_t, double norm) {
+    if (writer) record->grad_norms.push_back(norm);
+  };
   trainer.set_inspector(&inspector);
   trainer.run();
   MPI_Comm_free(&comm);
@@ -105,6 +108,7 @@ void write_record(const std::string& path, const LayoutRecord& record) {
   H5Handle file{H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose};
   if (file.id < 0) throw UserError("cannot create '" + path + "'");
   h5_write_tensor(file.id, "/losses", torch::tensor(record.losses, torch::kDouble));
+  h5_write_tensor(file.id, "/grad_norms", torch::tensor(record.grad_norms, torch::kDouble));
   for (const auto& [step, grads] : record.gradients)
     for (const auto& [name, g] : grads)
       h5_write_tensor(file.id, "/step_" + std::to_string(step) + "/gradients/" + name, g);
@@ -155,12 +159,16 @@ ComparisonRow compare_records(const std::string& name, const LayoutRecord& refer
   }
   for (size_t i = 0; i < reference.losses.size(); ++i)
     row.loss = std::max(row.loss, relative(other.losses[i], reference.losses[i]));
+  for (size_t i = 0; i < reference.grad_norms.size(); ++i)
+    row.grad_norm = std::max(row.grad_norm, i < other.grad_norms.size()
+                                                ? relative(other.grad_norms[i], reference.grad_norms[i])
+                                                : std::numeric_limits<double>::infinity());
   const int64_t first = 1;
   row.gradient = worst(reference.gradients.at(first), other.gradients.at(first),
                        &row.worst_gradient);
   row.activation = worst(reference.activations.at(first), other.activations.at(first),
                          &row.worst_activation);
-  row.ok = row.loss <= tol.loss && row.gradient <= tol.gradient && row.activation <= tol.activation;
+  row.ok = row.loss <= tol.loss && row.grad_norm <= tol.loss && row.gradient <= tol.gradient && row.activation <= tol.activation;
   return row;
 }
 
@@ -168,16 +176,17 @@ std::string format_comparison_table(const std::vector<ComparisonRow>& rows,
                                     const ConsistencyTolerances& tol) {
   std::ostringstream os;
   char line[512];
-  std::snprintf(line, sizeof(line), "| %-12s | %-12s | %-12s | %-40s | %-12s | %-34s | %-4s |\n",
-                "layout", "loss (all)", "grad step 1", "worst gradient", "act step 1",
+  std::snprintf(line, sizeof(line),
+                "| %-12s | %-12s | %-12s | %-12s | %-40s | %-12s | %-34s | %-4s |\n", "layout",
+                "loss (all)", "|g| (all)", "grad step 1", "worst gradient", "act step 1",
                 "worst activation", "ok");
   os << line;
-  os << "|--------------|--------------|--------------|------------------------------------------|"
+  os << "|--------------|--------------|--------------|--------------|------------------------------------------|"
         "--------------|------------------------------------|------|\n";
   for (const ComparisonRow& r : rows) {
     std::snprintf(line, sizeof(line),
-                  "| %-12s | %12.3e | %12.3e | %-40s | %12.3e | %-34s | %-4s |\n",
-                  r.layout.c_str(), r.loss, r.gradient, r.worst_gradient.c_str(), r.activation,
+                  "| %-12s | %12.3e | %12.3e | %12.3e | %-40s | %12.3e | %-34s | %-4s |\n",
+                  r.layout.c_str(), r.loss, r.grad_norm, r.gradient, r.worst_gradient.c_str(), r.activation,
                   r.worst_activation.c_str(), r.ok ? "yes" : "NO");
     os << line;
   }

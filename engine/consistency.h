@@ -27,7 +27,7 @@ struct ConsistencyLayout {
 ConsistencyLayout parse_consistency_layout(const std::string& name);
 
 struct ConsistencyTolerances {
-  double loss = 1e-5;        // relative, every step
+  double loss = 1e-5;        // relative, every step (also the global gradient norm)
   double gradient = 1e-4;    // ||g - g_ref|| / ||g_ref||, step 1
   double activation = 1e-4;  // same measure, step 1
 };
@@ -35,6 +35,7 @@ struct ConsistencyTolerances {
 // What one layout recorded (on its first rank).
 struct LayoutRecord {
   std::vector<double> losses;                                 // per step
+  std::vector<double> grad_norms;                             // per step, before clipping
   std::map<int64_t, std::map<std::string, torch::Tensor>> gradients;    // step -> name -> global
   std::map<int64_t, std::map<std::string, torch::Tensor>> activations;  // step -> name -> global
 };
@@ -50,7 +51,7 @@ void write_record(const std::string& path, const LayoutRecord& record);
 
 struct ComparisonRow {
   std::string layout;
-  double loss = 0, gradient = 0, activation = 0;  // worst relative differences
+  double loss = 0, grad_norm = 0, gradient = 0, activation = 0;  // worst relative differences
   std::string worst_gradient, worst_activation;   // where they occur
   bool ok = true;
 };

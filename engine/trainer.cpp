@@ -120,6 +120,8 @@ double Trainer::train_step() {
   optimizer_->begin_step();
   optimizer_->step_all(last_lr_);
   if (zero_) zero_->all_gather_parameters(*store_);
+  if (inspector_ && inspector_->on_step_end)
+    inspector_->on_step_end(progress_.step + 1, last_grad_norm_);
   progress_.step += 1;
   progress_.consumed_samples += t.global_batch;
   return loss_value;

@@ -34,6 +34,8 @@ struct StepInspector {
   // After gradients are whole across ranks, before clipping and the optimizer step (under
   // ZeRO-1 a rank then holds the gradients of the parameters it owns only).
   std::function<void(int64_t step, double loss)> on_gradients;
+  // After the optimizer step, with the global gradient norm measured before clipping.
+  std::function<void(int64_t step, double grad_norm)> on_step_end;
 };
 
 class Trainer {
@@ -55,7 +57,8 @@ class Trainer {
   AdamW& optimizer() { return *optimizer_; }
   const layers::TensorParallel& tensor_parallel() const { return tp_; }
   void set_inspector(StepInspector* inspector) { inspector_ = inspector; }
-  ZeroPartition* zero() { return zero_.get(); }  // null unless optimizer.zero_stage=1, DP>1
+  ZeroPartition* zero() { return zero_.get(); }
+  DataParallelGradSync* dp_sync() { return dp_sync_.get(); }  // null unless DP>1 without ZeRO  // null unless optimizer.zero_stage=1, DP>1
   bool is_root() const { return !mesh_ || mesh_->world_rank() == 0; }
 
  private:
