@@ -70,6 +70,8 @@ std::vector<KeySpec> build_keys() {
       {"parallel.dp_bucket_mb", T::Float, "4", 0.001, 1e5, {},
        "data-parallel gradient bucket size (MB); a full bucket is reduced during backward"},
 
+      {"runtime.device", T::String, "cpu", -kInf, kInf, {"cpu", "cuda"},
+       "where tensors live; cuda needs a CUDA libtorch (and NCCL for communication)"},
       {"runtime.threads", T::Int, "0", 0, 1024, {}, "intra-op threads, 0 = cores / local ranks"},
       {"runtime.peak_gflops", T::Float, "0", 0, kInf, {},
        "peak GFLOP/s per rank for MFU, 0 = measure an fp32 GEMM at start"},

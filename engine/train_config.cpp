@@ -100,6 +100,7 @@ TrainConfig make_train_config(const Config& c, int world_size) {
               str(tr.micro_batch) + " x " + str(t.layout.data));
 
   t.dp_bucket_mb = c.get_float("parallel.dp_bucket_mb");
+  t.device = c.get_string("runtime.device");
   t.threads = static_cast<int>(c.get_int("runtime.threads"));
   t.peak_gflops = c.get_float("runtime.peak_gflops");
   return t;

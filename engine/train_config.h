@@ -49,6 +49,7 @@ struct TrainConfig {
   CheckpointConfig checkpoint;
   parallel::Layout layout;
   double dp_bucket_mb = 4;
+  std::string device = "cpu";
   int threads = 0;
   double peak_gflops = 0;
 

@@ -16,6 +16,12 @@ namespace fs = std::filesystem;
 Trainer::Trainer(const TrainConfig& config, std::ostream* log, parallel::Mesh* mesh)
     : config_(config), log_(log), mesh_(mesh),
       dtype_(config.dtype == "float64" ? torch::kDouble : torch::kFloat) {
+  if (config_.device == "cuda")
+    throw UserError(torch::cuda::is_available()
+                        ? "runtime.device=cuda: placing the model on the GPU is not built yet; "
+                          "use runtime.device=cpu"
+                        : "runtime.device=cuda: this libtorch has no CUDA support (CPU-only "
+                          "build) or no GPU is visible; use runtime.device=cpu");
   const parallel::Layout& layout = config_.layout;
   if (layout.pipeline != 1)
     throw UserError("parallel.pipeline=" + std::to_string(layout.pipeline) +

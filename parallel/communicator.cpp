@@ -3,6 +3,8 @@
 
 #include <stdexcept>
 
+#include "parallel/nccl_backend.h"
+
 namespace retort::parallel {
 namespace {
 
@@ -20,10 +22,29 @@ MPI_Datatype mpi_type(const torch::Tensor& t) {
 
 MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::Sum ? MPI_SUM : MPI_MAX; }
 
-void require_contiguous_cpu(const torch::Tensor& t, const char* what) {
-  if (!t.is_contiguous() || !t.device().is_cpu())
+void require_contiguous(const torch::Tensor& t, const char* what) {
+  if (!t.is_contiguous())
     throw std::invalid_argument(std::string("Communicator::") + what +
-                                " needs a contiguous CPU tensor (MPI backend)");
+                                " needs a contiguous tensor");
+}
+
+// MPI-only operations (variable-size collectives) refuse device tensors.
+void require_contiguous_cpu(const torch::Tensor& t, const char* what) {
+  require_contiguous(t, what);
+  if (!t.device().is_cpu())
+    throw std::invalid_argument(std::string("Communicator::") + what +
+                                " supports CPU tensors only (MPI backend)");
+}
+
+NcclType nccl_type(const torch::Tensor& t) {
+  switch (t.scalar_type()) {
+    case torch::kFloat: return NcclType::Float32;
+    case torch::kDouble: return NcclType::Float64;
+    case torch::kLong: return NcclType::Int64;
+    case torch::kInt: return NcclType::Int32;
+    case torch::kByte: return NcclType::UInt8;
+    default: throw std::invalid_argument("Communicator: unsupported dtype for NCCL");
+  }
 }
 
 int64_t bytes_of(const torch::Tensor& t) { return t.numel() * t.element_size(); }
@@ -75,6 +96,26 @@ Communicator::~Communicator() {
   if (!finalized && comm_ != MPI_COMM_WORLD && comm_ != MPI_COMM_SELF) MPI_Comm_free(&comm_);
 }
 
+#ifdef RETORT_WITH_NCCL
+NcclBackend& Communicator::nccl() {
+  if (!nccl_) nccl_ = std::make_shared<NcclBackend>(comm_);
+  return *nccl_;
+}
+#else
+NcclBackend& Communicator::nccl() {
+  throw std::invalid_argument(
+      "Communicator '" + name_ + "': a CUDA tensor needs the NCCL backend, but this build has "
+      "none (configure with -DRETORT_NCCL=ON against a CUDA libtorch)");
+}
+#endif
+
+namespace {
+// A handle that waits for the NCCL stream (operations are enqueued, not finished).
+Handle nccl_handle(const std::shared_ptr<NcclBackend>& backend) {
+  return Handle(MPI_REQUEST_NULL, [backend] { backend->synchronize(); });
+}
+}  // namespace
+
 void Communicator::count(const std::string& op, int64_t bytes) {
   OpCounter& c = counters_[op];
   c.calls += 1;
@@ -84,9 +125,14 @@ void Communicator::count(const std::string& op, int64_t bytes) {
 void Communicator::all_reduce(torch::Tensor& t, ReduceOp op) { all_reduce_async(t, op).wait(); }
 
 Handle Communicator::all_reduce_async(torch::Tensor& t, ReduceOp op) {
-  require_contiguous_cpu(t, "all_reduce");
+  require_contiguous(t, "all_reduce");
   count("all_reduce", bytes_of(t));
   if (size_ == 1) return {};
+  if (t.is_cuda()) {
+    nccl().all_reduce(t.data_ptr(), t.numel(), nccl_type(t),
+                      op == ReduceOp::Sum ? NcclOp::Sum : NcclOp::Max);
+    return nccl_handle(nccl_);
+  }
   MPI_Request request;
   MPI_Iallreduce(MPI_IN_PLACE, t.data_ptr(), int(t.numel()), mpi_type(t), mpi_op(op), comm_,
                  &request);
@@ -116,12 +162,16 @@ torch::Tensor Communicator::reduce_scatter(const torch::Tensor& tensor, int64_t 
 }
 
 Handle Communicator::all_gather_flat_async(const torch::Tensor& in, torch::Tensor& out) {
-  require_contiguous_cpu(in, "all_gather");
-  require_contiguous_cpu(out, "all_gather");
+  require_contiguous(in, "all_gather");
+  require_contiguous(out, "all_gather");
   count("all_gather", bytes_of(out));
   if (size_ == 1) {
     out.view(in.sizes()).copy_(in);
     return {};
+  }
+  if (in.is_cuda()) {
+    nccl().all_gather(in.data_ptr(), out.data_ptr(), in.numel(), nccl_type(in));
+    return nccl_handle(nccl_);
   }
   MPI_Request request;
   MPI_Iallgather(in.data_ptr(), int(in.numel()), mpi_type(in), out.data_ptr(), int(in.numel()),
@@ -130,12 +180,16 @@ Handle Communicator::all_gather_flat_async(const torch::Tensor& in, torch::Tenso
 }
 
 Handle Communicator::reduce_scatter_flat_async(const torch::Tensor& in, torch::Tensor& out) {
-  require_contiguous_cpu(in, "reduce_scatter");
-  require_contiguous_cpu(out, "reduce_scatter");
+  require_contiguous(in, "reduce_scatter");
+  require_contiguous(out, "reduce_scatter");
   count("reduce_scatter", bytes_of(in));
   if (size_ == 1) {
     out.copy_(in.view(out.sizes()));
     return {};
+  }
+  if (in.is_cuda()) {
+    nccl().reduce_scatter(in.data_ptr(), out.data_ptr(), out.numel(), nccl_type(in));
+    return nccl_handle(nccl_);
   }
   MPI_Request request;
   MPI_Ireduce_scatter_block(in.data_ptr(), out.data_ptr(), int(out.numel()), mpi_type(in),
@@ -179,8 +233,12 @@ Handle Communicator::all_gather_v_async(const torch::Tensor& in, torch::Tensor& 
 }
 
 void Communicator::broadcast(torch::Tensor& t, int root) {
-  require_contiguous_cpu(t, "broadcast");
+  require_contiguous(t, "broadcast");
   count("broadcast", bytes_of(t));
+  if (size_ > 1 && t.is_cuda()) {
+    nccl().broadcast(t.data_ptr(), t.numel(), nccl_type(t), root);
+    return nccl().synchronize();
+  }
   if (size_ > 1) MPI_Bcast(t.data_ptr(), int(t.numel()), mpi_type(t), root, comm_);
 }
 
@@ -192,8 +250,12 @@ void Communicator::recv(torch::Tensor& t, int source, int tag) {
 }
 
 Handle Communicator::send_async(const torch::Tensor& t, int destination, int tag) {
-  require_contiguous_cpu(t, "send");
+  require_contiguous(t, "send");
   count("send", bytes_of(t));
+  if (t.is_cuda()) {  // NCCL matches sends and receives by order, not by tag
+    nccl().send(t.data_ptr(), t.numel(), nccl_type(t), destination);
+    return nccl_handle(nccl_);
+  }
   MPI_Request request;
   MPI_Isend(t.data_ptr(), int(t.numel()), mpi_type(t), destination, tag, comm_, &request);
   torch::Tensor keep_alive = t;  // the buffer must outlive the send
@@ -201,8 +263,12 @@ Handle Communicator::send_async(const torch::Tensor& t, int destination, int tag
 }
 
 Handle Communicator::recv_async(torch::Tensor& t, int source, int tag) {
-  require_contiguous_cpu(t, "recv");
+  require_contiguous(t, "recv");
   count("recv", bytes_of(t));
+  if (t.is_cuda()) {
+    nccl().recv(t.data_ptr(), t.numel(), nccl_type(t), source);
+    return nccl_handle(nccl_);
+  }
   MPI_Request request;
   MPI_Irecv(t.data_ptr(), int(t.numel()), mpi_type(t), source, tag, comm_, &request);
   return Handle(request, nullptr);

@@ -2,7 +2,8 @@
 // within one process group (DESIGN.md): all_reduce, all_gather, reduce_scatter, broadcast,
 // send, recv, barrier, each with an async form returning a handle, and per-operation
 // counters of calls and bytes. This is the MPI backend (CPU tensors); layers never call MPI
-// themselves. Byte counts: all_reduce and broadcast count the tensor, all_gather the
+// themselves. CUDA tensors go through NCCL when built with -DRETORT_NCCL=ON (nccl_backend.h);
+// otherwise they are refused with a clear error. Byte counts: all_reduce and broadcast count the tensor, all_gather the
 // gathered result, reduce_scatter the full input, send/recv the message.
 #pragma once
 #include <mpi.h>
@@ -39,6 +40,8 @@ class Handle {
   MPI_Request request_ = MPI_REQUEST_NULL;
   std::function<void()> finish_;
 };
+
+class NcclBackend;
 
 class Communicator {
  public:
@@ -81,6 +84,10 @@ class Communicator {
 
  private:
   void count(const std::string& op, int64_t bytes);
+  // The NCCL backend for CUDA tensors, created on first use (collectively); throws in a
+  // build without NCCL.
+  NcclBackend& nccl();
+  std::shared_ptr<NcclBackend> nccl_;
 
   MPI_Comm comm_;
   std::string name_;

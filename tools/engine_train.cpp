@@ -5,6 +5,8 @@
 
 #include <boost/program_options.hpp>
 #include <iostream>
+#include <limits>
+#include <mpi.h>
 
 #include "common/user_error.h"
 #include "engine/config.h"
@@ -19,6 +21,27 @@ namespace po = boost::program_options;
 using namespace retort;
 
 namespace {
+
+// Thrown on every rank once all ranks agree a set-up phase failed; main exits cleanly.
+struct AgreedFailure {};
+
+// Runs a set-up phase that performs no collective communication, then lets all ranks agree
+// on its outcome: if any rank failed with bad input, the lowest such rank prints its one-line
+// error and every rank stops cleanly (no MPI_Abort banner, no rank left waiting).
+template <typename Phase>
+void run_agreed(Phase phase, int rank) {
+  std::string error;
+  try {
+    phase();
+  } catch (const UserError& e) {
+    error = e.what();
+  }
+  int first_failed = error.empty() ? std::numeric_limits<int>::max() : rank;
+  MPI_Allreduce(MPI_IN_PLACE, &first_failed, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (first_failed == std::numeric_limits<int>::max()) return;
+  if (rank == first_failed) std::cerr << "error: " << error << std::endl;
+  throw AgreedFailure{};
+}
 
 int train(int argc, char** argv, const parallel::MpiRuntime& mpi) {
   po::options_description visible("Usage: engine_train CONFIG.yaml [key=value ...] [options]");
@@ -48,8 +71,14 @@ int train(int argc, char** argv, const parallel::MpiRuntime& mpi) {
   }
   if (!vm.count("config")) throw UserError("no config file given (usage: engine_train CONFIG.yaml)");
   const auto overrides = vm["overrides"].as<std::vector<std::string>>();
-  engine::Config config = engine::Config::load(vm["config"].as<std::string>(), overrides);
-  engine::TrainConfig train_config = engine::make_train_config(config, mpi.world_size());
+  engine::Config config;
+  engine::TrainConfig train_config;
+  run_agreed(
+      [&] {
+        config = engine::Config::load(vm["config"].as<std::string>(), overrides);
+        train_config = engine::make_train_config(config, mpi.world_size());
+      },
+      mpi.world_rank());
 
   const int threads = train_config.threads > 0 ? train_config.threads : mpi.threads_per_rank();
   torch::set_num_threads(threads);
@@ -64,8 +93,13 @@ int train(int argc, char** argv, const parallel::MpiRuntime& mpi) {
               << mpi.host() << ")\n"
               << engine::run_summary(train_config) << std::flush;
   parallel::Mesh mesh(train_config.layout);
-  engine::Trainer trainer(train_config, root ? &std::cout : nullptr, &mesh);
-  trainer.run();
+  std::unique_ptr<engine::Trainer> trainer;
+  run_agreed(
+      [&] {
+        trainer = std::make_unique<engine::Trainer>(train_config, root ? &std::cout : nullptr, &mesh);
+      },
+      mpi.world_rank());
+  trainer->run();
   return 0;
 }
 
@@ -75,6 +109,8 @@ int main(int argc, char** argv) {
   parallel::MpiRuntime mpi(&argc, &argv);
   try {
     return train(argc, argv, mpi);
+  } catch (const AgreedFailure&) {
+    return 2;
   } catch (const UserError& e) {
     if (mpi.world_rank() == 0) std::cerr << "error: " << e.what() << std::endl;
     parallel::MpiRuntime::abort_all(2);

@@ -58,6 +58,11 @@ expect "override with wrong type" "training.steps expects an integer, got 'ten'"
 expect "unknown flag" "unrecognised option '--fast'" -- "$train" "$configs/tiny.yaml" --fast
 expect "invalid layout" "world size 1 is not divisible by tensor x pipeline = 3 x 1" -- \
   "$train" "$configs/tiny.yaml" "${base[@]}" parallel.tensor=3
+expect "cuda on a CPU-only build" "runtime.device=cuda: this libtorch has no CUDA support" -- \
+  "$train" "$configs/tiny.yaml" "${base[@]}" runtime.device=cuda
+expect "pipeline not built" "parallel.pipeline=2: pipeline parallelism is not built yet" -- \
+  mpirun -q --oversubscribe -np 2 "$train" "$configs/tiny.yaml" "${base[@]}" parallel.pipeline=2 \
+  model.layers=2
 expect "missing checkpoint" "checkpoint.load: '$work/nowhere'" -- \
   "$train" "$configs/tiny.yaml" "${base[@]}" checkpoint.load="$work/nowhere"
 expect "prepare: missing input" "input '$work/nothing.txt' does not exist" -- \
