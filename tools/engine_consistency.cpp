@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include "common/user_error.h"
+#include "engine/command_line.h"
 #include "engine/consistency.h"
 #include "parallel/mpi_runtime.h"
 
@@ -31,26 +32,13 @@ int run(int argc, char** argv, parallel::MpiRuntime& mpi) {
       "micro-batches per step on every layout")(
       "samples", po::value<int64_t>(&samples)->default_value(1),
       "samples of the first micro-batch whose activations are compared");
-  po::options_description hidden;
-  hidden.add_options()("config", po::value<std::string>())(
-      "overrides", po::value<std::vector<std::string>>()->default_value({}, ""));
-  po::options_description all;
-  all.add(options).add(hidden);
-  po::positional_options_description positional;
-  positional.add("config", 1).add("overrides", -1);
-  po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(argc, argv).options(all).positional(positional).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw UserError(std::string("command line: ") + e.what());
-  }
-  if (vm.count("help") || !vm.count("config")) {
+  const engine::ConfigCommandLine line = engine::parse_config_command_line(argc, argv, options);
+  const po::variables_map& vm = line.options;
+  if (vm.count("help") || line.config.empty()) {
     if (mpi.world_rank() == 0) std::cout << options;
     return vm.count("help") ? 0 : 2;
   }
-  engine::Config config = engine::Config::load(
-      vm["config"].as<std::string>(), vm["overrides"].as<std::vector<std::string>>());
+  engine::Config config = engine::Config::load(line.config, line.overrides);
   std::vector<std::string> names;
   boost::split(names, layouts_text, boost::is_any_of(","));
   std::vector<engine::ConsistencyLayout> layouts;

@@ -9,6 +9,7 @@
 #include <mpi.h>
 
 #include "common/user_error.h"
+#include "engine/command_line.h"
 #include "engine/config.h"
 #include "engine/memory_tracker.h"
 #include "engine/run_summary.h"
@@ -48,20 +49,8 @@ int train(int argc, char** argv, const parallel::MpiRuntime& mpi) {
   visible.add_options()("help,h", "print this help and exit")(
       "dry-run", "print the resolved config, parameter count, FLOPs per token and a memory "
                  "estimate per rank, then exit");
-  po::options_description hidden;
-  hidden.add_options()("config", po::value<std::string>(), "")(
-      "overrides", po::value<std::vector<std::string>>()->default_value({}, ""), "");
-  po::options_description all;
-  all.add(visible).add(hidden);
-  po::positional_options_description positional;
-  positional.add("config", 1).add("overrides", -1);
-  po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(argc, argv).options(all).positional(positional).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw UserError(std::string("command line: ") + e.what() + " (see --help)");
-  }
+  const engine::ConfigCommandLine line = engine::parse_config_command_line(argc, argv, visible);
+  const po::variables_map& vm = line.options;
   const bool root = mpi.world_rank() == 0;
   if (vm.count("help")) {
     if (root)
@@ -69,13 +58,13 @@ int train(int argc, char** argv, const parallel::MpiRuntime& mpi) {
                 << "  engine_train configs/tiny.yaml training.steps=50 optimizer.lr=1e-3\n";
     return 0;
   }
-  if (!vm.count("config")) throw UserError("no config file given (usage: engine_train CONFIG.yaml)");
-  const auto overrides = vm["overrides"].as<std::vector<std::string>>();
+  if (line.config.empty())
+    throw UserError("no config file given (usage: engine_train CONFIG.yaml)");
   engine::Config config;
   engine::TrainConfig train_config;
   run_agreed(
       [&] {
-        config = engine::Config::load(vm["config"].as<std::string>(), overrides);
+        config = engine::Config::load(line.config, line.overrides);
         train_config = engine::make_train_config(config, mpi.world_size());
       },
       mpi.world_rank());
