@@ -99,6 +99,12 @@ TrainingProgress load_checkpoint(const std::string& path, layers::ParameterStore
   H5Handle file{H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose};
   if (file.id < 0) throw UserError("'" + path + "' is not a readable HDF5 checkpoint");
   torch::NoGradGuard no_grad;
+  // Strict both ways: a model parameter the file lacks fails below; a file parameter the
+  // model lacks fails here (distillation projections aside: they belong to a run, not a model).
+  for (const std::string& name : h5_children(file.id, "/params"))
+    if (!store.find(name) && name.rfind("distill.", 0) != 0)
+      throw UserError("checkpoint '" + path + "' has parameter '" + name +
+                      "' that this model does not have");
   for (size_t i = 0; i < store.all().size(); ++i) {
     layers::Parameter& p = store.all()[i];
     const auto dtype = p.value.scalar_type();

@@ -39,6 +39,12 @@ std::string format_console_line(const StepMetrics& m) {
     std::snprintf(text, sizeof(text), " | valid %.4f", *m.valid_loss);
     line += text;
   }
+  for (const char* part : {"lm_loss", "logit_loss", "activation_loss"}) {
+    auto it = m.parts.find(part);
+    if (it == m.parts.end()) continue;
+    std::snprintf(text, sizeof(text), " | %s %.4f", part, it->second);
+    line += text;
+  }
   return line;
 }
 
@@ -52,6 +58,7 @@ void MetricsFile::write(const StepMetrics& m) {
                       {"tokens_per_s", m.tokens_per_s}, {"mfu", m.mfu},
                       {"peak_mem_bytes", m.peak_mem_bytes}, {"eta_s", m.eta_s}};
   if (m.valid_loss) j["valid_loss"] = *m.valid_loss;
+  for (const auto& [name, value] : m.parts) j[name] = value;
   out_ << j.dump() << "\n";
   out_.flush();
 }

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -16,6 +17,7 @@ struct StepMetrics {
   int64_t peak_mem_bytes = 0;
   double eta_s = 0;
   std::optional<double> valid_loss;
+  std::map<std::string, double> parts;  // loss components when distilling
 };
 
 std::string format_console_line(const StepMetrics& m);

@@ -1,6 +1,8 @@
 // engine/train_config.cpp: see train_config.h.
 #include "engine/train_config.h"
 
+#include <fnmatch.h>
+
 #include "common/user_error.h"
 
 namespace retort::engine {
@@ -13,6 +15,17 @@ void require(bool ok, const std::string& message) {
 std::string str(int64_t v) { return std::to_string(v); }
 
 }  // namespace
+
+double ParamPolicy::lr_scale(const std::string& name) const {
+  for (const std::string& rule : lr_scales) {
+    const size_t eq = rule.rfind('=');
+    if (fnmatch(rule.substr(0, eq).c_str(), name.c_str(), 0) == 0)
+      return std::stod(rule.substr(eq + 1));
+  }
+  for (const std::string& pattern : freeze)
+    if (fnmatch(pattern.c_str(), name.c_str(), 0) == 0) return 0.0;
+  return 1.0;
+}
 
 TrainConfig make_train_config(const Config& c, int world_size) {
   TrainConfig t;
@@ -44,6 +57,60 @@ TrainConfig make_train_config(const Config& c, int world_size) {
   require(m.layer_windows.empty() || int64_t(m.layer_windows.size()) == m.layers,
           "model.layer_windows has " + str(m.layer_windows.size()) +
               " entries but model.layers=" + str(m.layers));
+
+  ParamPolicy& pp = t.params;
+  pp.freeze = c.get_string_list("model.freeze");
+  pp.lr_scales = c.get_string_list("model.lr_scales");
+  pp.init_from = c.get_string("model.init.from");
+  pp.init_reset = c.get_string_list("model.init.reset");
+  for (const std::string& rule : pp.lr_scales) {
+    const size_t eq = rule.rfind('=');
+    double scale = -1;
+    try {
+      if (eq != std::string::npos && eq > 0) scale = std::stod(rule.substr(eq + 1));
+    } catch (const std::exception&) {
+    }
+    require(scale >= 0, "model.lr_scales entry '" + rule + "' is not 'glob=scale' with scale >= 0");
+  }
+  require(pp.init_reset.empty() || !pp.init_from.empty(),
+          "model.init.reset needs model.init.from (a checkpoint to start from)");
+
+  DistillSettings& ds = t.distill;
+  ds.teacher_checkpoint = c.get_string("teacher.checkpoint");
+  ds.teacher_seed = static_cast<uint64_t>(c.get_int("teacher.seed"));
+  if (ds.teacher_seed == 0) ds.teacher_seed = t.seed;
+  ds.teacher = m;
+  auto pick = [&](const char* key, int64_t student) {
+    const int64_t v = c.get_int(key);
+    return v > 0 ? v : student;
+  };
+  ds.teacher.hidden = pick("teacher.hidden", m.hidden);
+  ds.teacher.layers = pick("teacher.layers", m.layers);
+  ds.teacher.heads = pick("teacher.heads", m.heads);
+  ds.teacher.kv_heads = pick("teacher.kv_heads", m.kv_heads);
+  ds.teacher.ffn_hidden = pick("teacher.ffn_hidden", m.ffn_hidden);
+  ds.teacher.sliding_window = c.get_int("teacher.sliding_window");
+  ds.teacher.layer_windows.clear();
+  ds.lm_weight = c.get_float("distill.lm_weight");
+  ds.logit_weight = c.get_float("distill.logit_weight");
+  ds.activation_weight = c.get_float("distill.activation_weight");
+  ds.logit_loss = c.get_string("distill.logit_loss");
+  ds.activation_loss = c.get_string("distill.activation_loss");
+  ds.temperature = c.get_float("distill.temperature");
+  ds.scale_t2 = c.get_bool("distill.scale_t2");
+  ds.chunk_tokens = c.get_int("distill.chunk_tokens");
+  ds.activation_pairs = c.get_string_list("distill.activation_pairs");
+  ds.activation_points = c.get_string_list("distill.activation_points");
+  ds.enabled = ds.logit_weight > 0 || ds.activation_weight > 0;
+  require(ds.lm_weight > 0 || ds.enabled,
+          "distill.lm_weight, distill.logit_weight and distill.activation_weight are all 0");
+  require(ds.activation_weight == 0 || !ds.activation_pairs.empty() ||
+              !ds.activation_points.empty(),
+          "distill.activation_weight > 0 needs distill.activation_pairs or activation_points");
+  const layers::ModelConfig& tm = ds.teacher;
+  require(tm.hidden % tm.heads == 0 && tm.heads % tm.kv_heads == 0 && tm.head_dim() % 2 == 0,
+          "teacher: hidden=" + str(tm.hidden) + ", heads=" + str(tm.heads) + ", kv_heads=" +
+              str(tm.kv_heads) + " do not make whole, even heads in whole groups");
 
   DataConfig& d = t.data;
   d.paths = c.get_string_list("data.paths");
@@ -92,6 +159,9 @@ TrainConfig make_train_config(const Config& c, int world_size) {
   t.layout.sequence_parallel = c.get_bool("parallel.sequence_parallel");
   t.layout = parallel::resolve_layout(
       t.layout, world_size, {m.heads, m.kv_heads, m.ffn_hidden, m.layers, d.seq_len});
+  if (ds.enabled)  // the teacher runs in the student's layout
+    parallel::resolve_layout(t.layout, world_size,
+                             {tm.heads, tm.kv_heads, tm.ffn_hidden, tm.layers, d.seq_len});
 
   const int64_t per_step = tr.micro_batch * t.layout.data;
   require(tr.global_batch % per_step == 0,

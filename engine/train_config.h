@@ -38,11 +38,36 @@ struct CheckpointConfig {
   std::string load;
 };
 
+// Which parameters train at what rate, and where a student starts from.
+struct ParamPolicy {
+  std::vector<std::string> freeze;     // globs
+  std::vector<std::string> lr_scales;  // "glob=scale"
+  std::string init_from;
+  std::vector<std::string> init_reset;  // globs
+  // lr_scale for a parameter name: first lr_scales match, else 0 if frozen, else 1.
+  double lr_scale(const std::string& name) const;
+};
+
+struct DistillSettings {
+  bool enabled = false;  // any teacher-based weight > 0
+  std::string teacher_checkpoint;
+  uint64_t teacher_seed = 0;
+  layers::ModelConfig teacher;
+  double lm_weight = 1, logit_weight = 0, activation_weight = 0;
+  std::string logit_loss = "forward_kl", activation_loss = "mse";
+  double temperature = 1;
+  bool scale_t2 = true;
+  int64_t chunk_tokens = 1024;
+  std::vector<std::string> activation_pairs, activation_points;
+};
+
 struct TrainConfig {
   std::string run_dir;
   uint64_t seed = 0;
   std::string dtype = "float32";
   layers::ModelConfig model;
+  ParamPolicy params;
+  DistillSettings distill;
   DataConfig data;
   TrainingConfig training;
   OptimizerConfig optimizer;

@@ -1,6 +1,8 @@
 // engine/trainer.cpp: see trainer.h.
 #include "engine/trainer.h"
 
+#include <fnmatch.h>
+
 #include <chrono>
 #include <filesystem>
 #include <ostream>
@@ -9,6 +11,7 @@
 #include "engine/batches.h"
 #include "engine/gemm_peak.h"
 #include "engine/memory_tracker.h"
+#include "engine/sharding.h"
 
 namespace retort::engine {
 namespace fs = std::filesystem;
@@ -36,7 +39,10 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log, parallel::Mesh* m
     dp_size_ = mesh_->dp().size();
   }
   store_ = std::make_unique<layers::ParameterStore>(config_.seed, dtype_, tp_.position());
+  store_->set_lr_scale_rule([this](const std::string& name) { return config_.params.lr_scale(name); });
   model_ = std::make_unique<layers::LlamaModel>(config_.model, *store_, tp_);
+  initialise_student();
+  build_distiller();
   if (dp_size_ > 1 && config_.optimizer.zero_stage == 1) {
     zero_ = std::make_unique<ZeroPartition>(*store_, mesh_->dp());
     optimizer_ = std::make_unique<AdamW>(*store_, config_.optimizer,
@@ -70,6 +76,77 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log, parallel::Mesh* m
   peak_gflops_ = config_.peak_gflops > 0 ? config_.peak_gflops : measure_gemm_gflops();
 }
 
+void Trainer::initialise_student() {
+  const ParamPolicy& policy = config_.params;
+  if (policy.init_from.empty()) return;
+  const std::string path = resolve_checkpoint(policy.init_from);
+  load_checkpoint(path, *store_, nullptr, tp_);  // parameters only, strictly
+  torch::NoGradGuard no_grad;
+  int reset = 0;
+  for (auto& p : store_->all()) {
+    bool matches = false;
+    for (const std::string& pattern : policy.init_reset)
+      matches |= fnmatch(pattern.c_str(), p.spec.name.c_str(), 0) == 0;
+    if (!matches) continue;
+    p.value.copy_(from_global(layers::initial_global_value(p.spec, config_.seed), p.spec, tp_,
+                              p.value));
+    ++reset;
+  }
+  for (const std::string& pattern : policy.init_reset) {
+    bool any = false;
+    for (auto& p : store_->all()) any |= fnmatch(pattern.c_str(), p.spec.name.c_str(), 0) == 0;
+    if (!any) throw UserError("model.init.reset: pattern '" + pattern + "' matches no parameter");
+  }
+  log_line("initialised from " + path + " (" + std::to_string(reset) + " parameters reset)");
+}
+
+void Trainer::build_distiller() {
+  const DistillSettings& d = config_.distill;
+  if (!d.enabled) return;
+  teacher_ = std::make_unique<distill::Teacher>(d.teacher, d.teacher_seed, dtype_, tp_);
+  if (!d.teacher_checkpoint.empty())
+    load_checkpoint(resolve_checkpoint(d.teacher_checkpoint), teacher_->parameters(), nullptr, tp_);
+  distill::DistillConfig dc;
+  dc.lm_weight = d.lm_weight;
+  dc.logit_weight = d.logit_weight;
+  dc.activation_weight = d.activation_weight;
+  dc.logits.kind = distill::parse_logit_loss(d.logit_loss);
+  dc.logits.temperature = d.temperature;
+  dc.logits.scale_by_t2 = d.scale_t2;
+  dc.logits.chunk_tokens = d.chunk_tokens;
+  dc.activation_kind = distill::parse_activation_loss(d.activation_loss);
+  dc.pairs = distill::make_activation_pairs(d.activation_pairs, d.activation_points,
+                                            config_.model.layers, d.teacher.layers);
+  distiller_ = std::make_unique<distill::Distiller>(dc, *teacher_, config_.model, *store_, tp_);
+}
+
+torch::Tensor Trainer::micro_batch_loss(const TokenBatch& b, double target_count,
+                                        const std::set<std::string>& inspect, int64_t step) {
+  torch::Tensor tokens = to_tensor(b.inputs, b.batch), targets = to_tensor(b.targets, b.batch);
+  std::set<std::string> wanted = inspect;
+  if (distiller_) {
+    auto s = distiller_->student_captures();
+    wanted.insert(s.begin(), s.end());
+  }
+  layers::CaptureSink sink(wanted);
+  layers::CaptureSink* sink_or_null = wanted.empty() ? nullptr : &sink;
+  torch::Tensor loss;
+  if (!distiller_) {
+    loss = model_->loss_sum(tokens, targets, sink_or_null) / target_count;
+    step_terms_.lm += loss.item<double>();
+  } else {
+    layers::CaptureSink teacher_sink(distiller_->teacher_captures());
+    torch::Tensor teacher_logits = distiller_->needs_teacher()
+                                       ? teacher_->forward(tokens, &teacher_sink)
+                                       : torch::Tensor();
+    torch::Tensor logits = model_->forward(tokens, sink_or_null);
+    loss = distiller_->loss(logits, teacher_logits, targets, sink, teacher_sink, target_count,
+                            config_.model.vocab_size, &step_terms_);
+  }
+  if (!inspect.empty() && inspector_->on_captures) inspector_->on_captures(step, sink);
+  return loss;
+}
+
 double Trainer::dp_sum(double value) {
   if (dp_size_ == 1) return value;
   torch::Tensor t = torch::tensor({value}, torch::kDouble);
@@ -101,23 +178,28 @@ double Trainer::train_step() {
     if (p.value.grad().defined()) p.value.mutable_grad().reset();
 
   double loss_value = 0;
+  step_terms_ = distill::LossTerms();
   for (size_t m = 0; m < micro.size(); ++m) {
-    const TokenBatch& b = micro[m];
     const bool inspect = inspector_ && m == 0 && !inspector_->captures.empty();
-    layers::CaptureSink sink(inspect ? inspector_->captures : std::set<std::string>{});
     if (dp_sync_ && m + 1 == micro.size()) dp_sync_->arm();
-    torch::Tensor loss = model_->loss_sum(to_tensor(b.inputs, b.batch),
-                                          to_tensor(b.targets, b.batch), inspect ? &sink : nullptr) /
-                         target_count;
-    if (inspect && inspector_->on_captures) inspector_->on_captures(progress_.step + 1, sink);
+    torch::Tensor loss = micro_batch_loss(micro[m], target_count,
+                                          inspect ? inspector_->captures : std::set<std::string>{},
+                                          progress_.step + 1);
     loss.backward();
     loss_value += loss.item<double>();
+  }
+  if (distiller_) {  // the parts are logged per step; LM-only runs need no extra reduction
+    step_terms_.lm = dp_sum(step_terms_.lm);
+    step_terms_.logits = dp_sum(step_terms_.logits);
+    step_terms_.activations = dp_sum(step_terms_.activations);
+    for (auto& [name, value] : step_terms_.per_pair) value = dp_sum(value);
   }
   // DP buckets first: finish() writes the bucket sums back over .grad(), so the TP partial
   // sums must come after it (both are sums, so the order is otherwise free).
   if (dp_sync_) dp_sync_->finish();
   sum_partial_tp_grads(*store_, tp_);
   loss_value = dp_sum(loss_value);
+  if (!distiller_) step_terms_.lm = loss_value;
   if (zero_) zero_->reduce_scatter_gradients(*store_);
   if (inspector_ && inspector_->on_gradients) inspector_->on_gradients(progress_.step + 1, loss_value);
   last_grad_norm_ = clip_grad_norm(*store_, config_.optimizer.grad_clip, tp_,
@@ -193,6 +275,13 @@ std::vector<double> Trainer::run() {
       m.peak_mem_bytes = memory.peak_bytes();
       m.eta_s = seconds / double(interval_steps) * double(t.steps - step);
       if (eval_now && streams_.valid) m.valid_loss = evaluate();
+      if (distiller_) {
+        m.parts["lm_loss"] = step_terms_.lm;
+        m.parts["logit_loss"] = step_terms_.logits;
+        m.parts["activation_loss"] = step_terms_.activations;
+        for (const auto& [name, value] : step_terms_.per_pair)
+          m.parts["activation_loss." + name] = value;
+      }
       log_line(format_console_line(m));
       if (metrics) metrics->write(m);
       interval_start = clock::now();

@@ -13,7 +13,9 @@
 #include <set>
 #include <vector>
 
+#include "distill/distillation.h"
 #include "engine/adamw.h"
+#include "engine/batches.h"
 #include "engine/checkpoint.h"
 #include "engine/data_setup.h"
 #include "engine/grad_sync.h"
@@ -53,6 +55,9 @@ class Trainer {
   void save(const std::string& path);
 
   int64_t step() const { return progress_.step; }
+  // The loss parts of the last step (global over DP), when distilling.
+  const distill::LossTerms& last_terms() const { return step_terms_; }
+  distill::Teacher* teacher() { return teacher_.get(); }
   layers::ParameterStore& parameters() { return *store_; }
   AdamW& optimizer() { return *optimizer_; }
   const layers::TensorParallel& tensor_parallel() const { return tp_; }
@@ -63,6 +68,11 @@ class Trainer {
 
  private:
   torch::Tensor to_tensor(const std::vector<int64_t>& values, int64_t batch) const;
+  // Loss of one micro-batch divided by target_count (LM only, or the distillation mix).
+  torch::Tensor micro_batch_loss(const TokenBatch& batch, double target_count,
+                                 const std::set<std::string>& inspect, int64_t step);
+  void initialise_student();
+  void build_distiller();
   void log_line(const std::string& line);
   double dp_sum(double value);
 
@@ -75,6 +85,9 @@ class Trainer {
   std::unique_ptr<layers::ParameterStore> store_;
   std::unique_ptr<layers::LlamaModel> model_;
   std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<distill::Teacher> teacher_;
+  std::unique_ptr<distill::Distiller> distiller_;
+  distill::LossTerms step_terms_;  // this step's loss parts, summed over micro-batches
   std::unique_ptr<DataParallelGradSync> dp_sync_;
   std::unique_ptr<ZeroPartition> zero_;  // ZeRO-1 over DP, instead of dp_sync_
   SampleStreams streams_;

@@ -39,8 +39,10 @@ torch::Tensor local_shard(const torch::Tensor& global, const ParamSpec& spec, Sh
 ParameterStore::ParameterStore(uint64_t seed, torch::ScalarType dtype, ShardPosition tp)
     : seed_(seed), dtype_(dtype), tp_(tp) {}
 
-torch::Tensor ParameterStore::create(const ParamSpec& spec) {
-  TORCH_CHECK(find(spec.name) == nullptr, "parameter registered twice: ", spec.name);
+torch::Tensor ParameterStore::create(const ParamSpec& given) {
+  TORCH_CHECK(find(given.name) == nullptr, "parameter registered twice: ", given.name);
+  ParamSpec spec = given;
+  if (lr_scale_rule_) spec.lr_scale = lr_scale_rule_(spec.name);
   torch::Tensor value = local_shard(pad_rows(initial_global_value(spec, seed_), spec), spec, tp_)
                             .to(dtype_)
                             .contiguous();

@@ -4,6 +4,7 @@
 #pragma once
 #include <torch/torch.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,8 +28,12 @@ class ParameterStore {
  public:
   ParameterStore(uint64_t seed, torch::ScalarType dtype, ShardPosition tp = {});
 
-  // Creates, initialises and registers a parameter; returns its local tensor.
+  // Creates, initialises and registers a parameter; returns its local tensor. The spec's
+  // lr_scale is replaced by the rule's value when a rule is set (freezing by name).
   torch::Tensor create(const ParamSpec& spec);
+  void set_lr_scale_rule(std::function<double(const std::string& name)> rule) {
+    lr_scale_rule_ = std::move(rule);
+  }
 
   std::vector<Parameter>& all() { return params_; }
   const std::vector<Parameter>& all() const { return params_; }
@@ -42,6 +47,7 @@ class ParameterStore {
   torch::ScalarType dtype_;
   ShardPosition tp_;
   std::vector<Parameter> params_;
+  std::function<double(const std::string&)> lr_scale_rule_;
 };
 
 // The value a parameter starts from, at global shape, in float32.

@@ -1,0 +1,140 @@
+// distill/distillation.cpp: see distillation.h.
+#include "distill/distillation.h"
+
+#include <cmath>
+
+#include "common/user_error.h"
+#include "layers/vocab_parallel.h"
+#include "layers/capture.h"
+#include "parallel/primitives.h"
+
+namespace retort::distill {
+namespace {
+
+constexpr int64_t kIgnore = layers::kIgnoreIndex;
+
+// Checks "layers.<i>.<point>" against a model with `layers` blocks.
+void check_capture(const std::string& name, int64_t layers, const std::string& who) {
+  for (int64_t i = 0; i < layers; ++i)
+    for (const char* point : layers::kCapturePoints)
+      if (name == layers::capture_name(i, point)) return;
+  throw UserError("distill: '" + name + "' is not a capture point of the " + who + " (" +
+                  std::to_string(layers) + " layers; points mixer_output, mlp_output, " +
+                  "block_output)");
+}
+
+}  // namespace
+
+std::vector<ActivationPair> make_activation_pairs(const std::vector<std::string>& explicit_pairs,
+                                                  const std::vector<std::string>& every_layer,
+                                                  int64_t student_layers, int64_t teacher_layers) {
+  std::vector<ActivationPair> pairs;
+  for (const std::string& text : explicit_pairs) {
+    const size_t eq = text.find('=');
+    if (eq == std::string::npos)
+      throw UserError("distill.activation_pairs: '" + text +
+                      "' is not student_point=teacher_point");
+    pairs.push_back({text.substr(0, eq), text.substr(eq + 1)});
+  }
+  for (const std::string& point : every_layer) {
+    if (student_layers > teacher_layers)
+      throw UserError("distill.activation_points: the student has " +
+                      std::to_string(student_layers) + " layers but the teacher only " +
+                      std::to_string(teacher_layers) + "; pair layers explicitly");
+    for (int64_t i = 0; i < student_layers; ++i)
+      pairs.push_back({layers::capture_name(i, point), layers::capture_name(i, point)});
+  }
+  for (const ActivationPair& p : pairs) {
+    check_capture(p.student, student_layers, "student");
+    check_capture(p.teacher, teacher_layers, "teacher");
+  }
+  return pairs;
+}
+
+void LossTerms::add(const LossTerms& o) {
+  lm += o.lm;
+  logits += o.logits;
+  activations += o.activations;
+  for (const auto& [k, v] : o.per_pair) per_pair[k] += v;
+}
+
+Distiller::Distiller(DistillConfig config, Teacher& teacher, const layers::ModelConfig& student,
+                     layers::ParameterStore& student_store, const layers::TensorParallel& tp)
+    : config_(std::move(config)), teacher_(teacher), tp_(tp) {
+  const int64_t hs = student.hidden, ht = teacher.config().hidden;
+  if (student.vocab_size != teacher.config().vocab_size && config_.logit_weight > 0)
+    throw UserError("distill: student vocab_size " + std::to_string(student.vocab_size) +
+                    " differs from the teacher's " + std::to_string(teacher.config().vocab_size));
+  for (size_t i = 0; i < config_.pairs.size(); ++i) {
+    if (hs == ht) {
+      projections_.emplace_back();
+      continue;
+    }
+    layers::ParamSpec spec;
+    spec.name = "distill.projections." + std::to_string(i) + ".weight";
+    spec.shape = {ht, hs};
+    spec.init_std = 1.0 / std::sqrt(double(hs));
+    spec.sequence_replicated = true;  // replicated; partial gradients under STP
+    projections_.push_back(student_store.create(spec));
+  }
+}
+
+std::set<std::string> Distiller::student_captures() const {
+  std::set<std::string> names;
+  if (config_.activation_weight > 0)
+    for (const auto& p : config_.pairs) names.insert(p.student);
+  return names;
+}
+
+std::set<std::string> Distiller::teacher_captures() const {
+  std::set<std::string> names;
+  if (config_.activation_weight > 0)
+    for (const auto& p : config_.pairs) names.insert(p.teacher);
+  return names;
+}
+
+torch::Tensor Distiller::loss(const torch::Tensor& student_logits,
+                              const torch::Tensor& teacher_logits, const torch::Tensor& targets,
+                              layers::CaptureSink& student_sink, layers::CaptureSink& teacher_sink,
+                              double target_count, int64_t vocab_size, LossTerms* terms) const {
+  torch::Tensor weight = targets.ne(kIgnore);
+  torch::Tensor total = torch::zeros({}, student_logits.options());
+  if (config_.lm_weight > 0) {
+    torch::Tensor lm =
+        layers::vocab_parallel_cross_entropy(student_logits, targets, vocab_size, tp_).sum() /
+        target_count;
+    terms->lm += lm.item<double>();
+    total = total + config_.lm_weight * lm;
+  }
+  if (config_.logit_weight > 0) {
+    torch::Tensor kd = logit_distillation_sum(student_logits, teacher_logits, weight, vocab_size,
+                                              config_.logits, tp_) /
+                       target_count;
+    terms->logits += kd.item<double>();
+    total = total + config_.logit_weight * kd;
+  }
+  if (config_.activation_weight > 0) {
+    // Under STP capture points hold this rank's part of the sequence.
+    torch::Tensor local_weight =
+        tp_.sequence_parallel && tp_.size() > 1
+            ? parallel::split_along(weight, parallel::kSequenceDim, *tp_.group)
+            : weight;
+    torch::Tensor sum = torch::zeros({}, student_logits.options());
+    for (size_t i = 0; i < config_.pairs.size(); ++i) {
+      const ActivationPair& pair = config_.pairs[i];
+      torch::Tensor s = student_sink.at(pair.student);
+      if (projections_[i].defined()) s = torch::matmul(s, projections_[i].t());
+      torch::Tensor t = teacher_sink.take(pair.teacher);  // freed once this loss is built
+      torch::Tensor pair_loss =
+          activation_distillation_sum(s, t, local_weight, config_.activation_kind, tp_) /
+          target_count;
+      terms->per_pair[pair.student] += pair_loss.item<double>();
+      sum = sum + pair_loss;
+    }
+    terms->activations += sum.item<double>();
+    total = total + config_.activation_weight * sum;
+  }
+  return total;
+}
+
+}  // namespace retort::distill

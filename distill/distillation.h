@@ -1,0 +1,68 @@
+// distill/distillation.h: the distillation objective of one micro-batch: the LM loss, the
+// logit loss against the teacher and the activation losses of the configured pairs of
+// (student capture point, teacher capture point), each weighted and normalised by the global
+// number of target tokens. A teacher activation is released as soon as its loss is built.
+// When teacher and student hidden sizes differ, each pair gets a learned projection
+// (student -> teacher width), a parameter of the student replicated over TP.
+#pragma once
+#include <torch/torch.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <set>
+
+#include "distill/activation_losses.h"
+#include "distill/logit_losses.h"
+#include "distill/teacher.h"
+
+namespace retort::distill {
+
+struct ActivationPair {
+  std::string student, teacher;  // capture names, e.g. "layers.1.mixer_output"
+};
+
+struct DistillConfig {
+  double lm_weight = 1.0, logit_weight = 0.0, activation_weight = 0.0;
+  LogitLossOptions logits;
+  ActivationLoss activation_kind = ActivationLoss::Mse;
+  std::vector<ActivationPair> pairs;
+};
+
+// "layers.1.mixer_output=layers.2.mixer_output" pairs plus the shorthand of points taken at
+// every student layer with the same teacher index; checks names against both models.
+std::vector<ActivationPair> make_activation_pairs(const std::vector<std::string>& explicit_pairs,
+                                                  const std::vector<std::string>& every_layer,
+                                                  int64_t student_layers, int64_t teacher_layers);
+
+// The values of one micro-batch's loss terms (already normalised), for logging.
+struct LossTerms {
+  double lm = 0, logits = 0, activations = 0;
+  std::map<std::string, double> per_pair;  // by student capture name
+  void add(const LossTerms& other);
+};
+
+class Distiller {
+ public:
+  Distiller(DistillConfig config, Teacher& teacher, const layers::ModelConfig& student,
+            layers::ParameterStore& student_store, const layers::TensorParallel& tp);
+  std::set<std::string> student_captures() const;
+  std::set<std::string> teacher_captures() const;
+  bool needs_teacher() const { return config_.logit_weight > 0 || config_.activation_weight > 0; }
+  Teacher& teacher() { return teacher_; }
+
+  // The weighted total divided by target_count; terms receives the parts.
+  torch::Tensor loss(const torch::Tensor& student_logits, const torch::Tensor& teacher_logits,
+                     const torch::Tensor& targets, layers::CaptureSink& student_sink,
+                     layers::CaptureSink& teacher_sink, double target_count, int64_t vocab_size,
+                     LossTerms* terms) const;
+
+ private:
+  DistillConfig config_;
+  Teacher& teacher_;
+  layers::TensorParallel tp_;
+  std::vector<torch::Tensor> projections_;  // per pair; undefined when widths agree
+};
+
+}  // namespace retort::distill

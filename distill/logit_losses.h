@@ -1,0 +1,36 @@
+// distill/logit_losses.h: logit distillation between a student and a teacher whose logits
+// are split over the TP group along the (padded) vocabulary, never gathered:
+//   forward_kl  = sum_v p_t (log p_t - log p_s)     (KL(teacher || student))
+//   reverse_kl  = sum_v p_s (log p_s - log p_t)     (KL(student || teacher))
+//   soft_ce     = -sum_v p_t log p_s                (soft cross-entropy)
+// with p = softmax(logits / T). Per-token values are summed over tokens whose weight is 1
+// (masked tokens have 0); optionally scaled by T^2 (Hinton). The log-sum-exps are reduced
+// over TP once in forward; backward recomputes the probabilities chunk by chunk from the
+// saved logits, so extra memory stays at one chunk of tokens.
+#pragma once
+#include <torch/torch.h>
+
+#include <string>
+
+#include "layers/tensor_parallel.h"
+
+namespace retort::distill {
+
+enum class LogitLoss { ForwardKL, ReverseKL, SoftCrossEntropy };
+LogitLoss parse_logit_loss(const std::string& name);  // forward_kl | reverse_kl | soft_ce
+
+struct LogitLossOptions {
+  LogitLoss kind = LogitLoss::ForwardKL;
+  double temperature = 1.0;
+  bool scale_by_t2 = true;
+  int64_t chunk_tokens = 1024;  // tokens processed at once
+};
+
+// student, teacher: [..., local_vocab]; weight: [...] of 0/1 (which tokens count).
+// Returns the weighted sum over tokens (a scalar, identical on every TP rank).
+torch::Tensor logit_distillation_sum(const torch::Tensor& student, const torch::Tensor& teacher,
+                                     const torch::Tensor& weight, int64_t vocab_size,
+                                     const LogitLossOptions& options,
+                                     const layers::TensorParallel& tp);
+
+}  // namespace retort::distill
