@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# tools/demo.sh: the README's main job. Installs what is missing, builds, turns the shipped
-# State of the Union corpus into a Megatron dataset and trains configs/tiny.yaml on it,
-# then plots the loss curve into runs/tiny/loss.png.
+# tools/demo.sh: the README's main job, a distillation demo on data the repo ships.
+# Installs what is missing, builds, turns the shipped State of the Union corpus into a
+# Megatron dataset, trains the teacher (configs/tiny.yaml, 2 data-parallel ranks), then
+# distills a sliding-window student from it at TP2 x DP4 with sequence parallelism on
+# 8 ranks (configs/distill.yaml) and plots both runs into runs/distill/loss.png.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh
 tools/build.sh
 build=${RETORT_BUILD:-build}
-"$build"/tools/engine_prepare_data -o examples/data/sotu_bytes examples/data/sotu
-rm -rf runs/tiny
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-mpirun -np 1 "$build"/tools/engine_train configs/tiny.yaml "$@"
-/usr/bin/python3 tools/plot_metrics.py runs/tiny/metrics.jsonl runs/tiny/loss.png
+"$build"/tools/engine_prepare_data -o examples/data/sotu_bytes examples/data/sotu
+rm -rf runs/teacher runs/distill
+mpirun --oversubscribe -np 2 "$build"/tools/engine_train configs/tiny.yaml run.dir=runs/teacher
+mpirun --oversubscribe -np 8 "$build"/tools/engine_train configs/distill.yaml "$@"
+/usr/bin/python3 tools/plot_metrics.py runs/teacher/metrics.jsonl runs/distill/metrics.jsonl \
+  runs/distill/loss.png
