@@ -99,19 +99,24 @@ torch::Tensor Distiller::loss(const torch::Tensor& student_logits,
                               double target_count, int64_t vocab_size, LossTerms* terms) const {
   torch::Tensor weight = targets.ne(kIgnore);
   torch::Tensor total = torch::zeros({}, student_logits.options());
-  if (config_.lm_weight > 0) {
+  if (config_.logit_weight > 0) {  // with the LM loss fused in when both are on
+    auto [kd_sum, ce_sum] = logit_distillation_and_lm_sums(
+        student_logits, teacher_logits, weight,
+        config_.lm_weight > 0 ? targets : torch::Tensor(), vocab_size, config_.logits, tp_);
+    torch::Tensor kd = kd_sum / target_count;
+    terms->logits += kd.item<double>();
+    total = total + config_.logit_weight * kd;
+    if (config_.lm_weight > 0) {
+      torch::Tensor lm = ce_sum / target_count;
+      terms->lm += lm.item<double>();
+      total = total + config_.lm_weight * lm;
+    }
+  } else if (config_.lm_weight > 0) {
     torch::Tensor lm =
         layers::vocab_parallel_cross_entropy(student_logits, targets, vocab_size, tp_).sum() /
         target_count;
     terms->lm += lm.item<double>();
     total = total + config_.lm_weight * lm;
-  }
-  if (config_.logit_weight > 0) {
-    torch::Tensor kd = logit_distillation_sum(student_logits, teacher_logits, weight, vocab_size,
-                                              config_.logits, tp_) /
-                       target_count;
-    terms->logits += kd.item<double>();
-    total = total + config_.logit_weight * kd;
   }
   if (config_.activation_weight > 0) {
     // Under STP capture points hold this rank's part of the sequence.

@@ -17,6 +17,7 @@ void tp_reduce(torch::Tensor& t, parallel::Communicator* group, parallel::Reduce
 
 // log-sum-exp over the split vocabulary of x [n, local] (padded entries already -inf).
 torch::Tensor split_logsumexp(const torch::Tensor& x, parallel::Communicator* group) {
+  if (!group || group->size() == 1) return torch::logsumexp(x, -1);  // one fused kernel
   torch::Tensor max = std::get<0>(x.max(-1)).contiguous();
   tp_reduce(max, group, parallel::ReduceOp::Max);
   torch::Tensor sum = (x - max.unsqueeze(-1)).exp().sum(-1).contiguous();
@@ -24,87 +25,136 @@ torch::Tensor split_logsumexp(const torch::Tensor& x, parallel::Communicator* gr
   return sum.log() + max;
 }
 
-// Per-token partial loss on this rank's vocabulary slice; valid marks real vocabulary.
-torch::Tensor partial_loss(LogitLoss kind, const torch::Tensor& log_q, const torch::Tensor& log_p,
-                           const torch::Tensor& valid) {
-  torch::Tensor zero = torch::zeros({}, log_q.options());
-  torch::Tensor term;
-  switch (kind) {
-    case LogitLoss::ForwardKL: term = log_p.exp() * (log_p - log_q); break;
-    case LogitLoss::ReverseKL: term = log_q.exp() * (log_q - log_p); break;
-    case LogitLoss::SoftCrossEntropy: term = -log_p.exp() * log_q; break;
-  }
-  return torch::where(valid, term, zero).sum(-1);
+// x / T with padded vocabulary set to -inf; no copy when neither applies (the common case).
+torch::Tensor scaled_and_masked(const torch::Tensor& x, double temperature,
+                                const torch::Tensor& valid, bool padded) {
+  torch::Tensor y = temperature == 1.0 ? x : x / temperature;
+  if (padded) y = y.masked_fill(~valid, -std::numeric_limits<double>::infinity());
+  return y;
 }
 
+// Per-token partial loss on this rank's vocabulary slice; valid marks real vocabulary.
+torch::Tensor partial_loss(LogitLoss kind, const torch::Tensor& log_q, const torch::Tensor& log_p,
+                           const torch::Tensor& valid, bool padded) {
+  torch::Tensor term;
+  switch (kind) {
+    case LogitLoss::ForwardKL: term = log_p.exp().mul_(log_p - log_q); break;
+    case LogitLoss::ReverseKL: term = log_q.exp().mul_(log_q - log_p); break;
+    case LogitLoss::SoftCrossEntropy: term = log_p.exp().mul_(log_q).neg_(); break;
+  }
+  // Padded entries are -inf in both, so their terms are NaN: drop them.
+  if (padded) term = torch::where(valid, term, torch::zeros({}, term.options()));
+  return term.sum(-1);
+}
+
+// Outputs [kd, ce]: the weighted sums of the logit loss (times the T^2 scale) and, when hard
+// targets are given, of the LM cross-entropy on the same student logits. Computing both in
+// one function lets the cross-entropy's softmax be recomputed in backward instead of kept.
 struct LogitDistillation : torch::autograd::Function<LogitDistillation> {
-  // s, t: [n, local]; w: [n]
+  // s, t: [n, local]; w: [n]; targets: [n] or empty.
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor s, torch::Tensor t,
-                               torch::Tensor w, int64_t vocab_start, int64_t vocab_size,
-                               int64_t kind, double temperature, double scale, int64_t chunk,
-                               parallel::Communicator* group) {
+                               torch::Tensor w, torch::Tensor targets, int64_t vocab_start,
+                               int64_t vocab_size, int64_t kind, double temperature,
+                               double scale, int64_t chunk, parallel::Communicator* group) {
     const int64_t n = s.size(0), local = s.size(1);
+    const bool with_ce = targets.numel() > 0;
     torch::Tensor valid =
         (torch::arange(vocab_start, vocab_start + local, torch::kLong) < vocab_size).unsqueeze(0);
+    const bool padded = vocab_start + local > vocab_size;
     torch::Tensor lse_s = torch::empty({n}, s.options()), lse_t = torch::empty({n}, s.options());
+    torch::Tensor lse_1 = lse_s;  // log-sum-exp at T = 1, for the cross-entropy
+    if (with_ce && temperature != 1.0) lse_1 = torch::empty({n}, s.options());
     torch::Tensor per_token = torch::empty({n}, s.options());
     for (int64_t start = 0; start < n; start += chunk) {
       const int64_t len = std::min(chunk, n - start);
       // Padded vocabulary never counts, whether or not the caller masked it already.
-      const double inf = std::numeric_limits<double>::infinity();
-      torch::Tensor ss = (s.narrow(0, start, len) / temperature).masked_fill(~valid, -inf);
-      torch::Tensor tt = (t.narrow(0, start, len) / temperature).masked_fill(~valid, -inf);
+      torch::Tensor ss = scaled_and_masked(s.narrow(0, start, len), temperature, valid, padded);
+      torch::Tensor tt = scaled_and_masked(t.narrow(0, start, len), temperature, valid, padded);
       lse_s.narrow(0, start, len).copy_(split_logsumexp(ss, group));
       lse_t.narrow(0, start, len).copy_(split_logsumexp(tt, group));
+      if (with_ce && temperature != 1.0)
+        lse_1.narrow(0, start, len).copy_(
+            split_logsumexp(scaled_and_masked(s.narrow(0, start, len), 1.0, valid, padded), group));
       torch::Tensor log_q = ss - lse_s.narrow(0, start, len).unsqueeze(-1);
       torch::Tensor log_p = tt - lse_t.narrow(0, start, len).unsqueeze(-1);
-      per_token.narrow(0, start, len).copy_(partial_loss(LogitLoss(kind), log_q, log_p, valid));
+      per_token.narrow(0, start, len).copy_(partial_loss(LogitLoss(kind), log_q, log_p, valid, padded));
     }
     tp_reduce(per_token, group, parallel::ReduceOp::Sum);
-    ctx->save_for_backward({s, t, w, lse_s, lse_t, per_token});
+    torch::Tensor ce_sum = torch::zeros({}, s.options());
+    torch::Tensor local_index = torch::zeros({0}, torch::kLong), hit = torch::zeros({0}, torch::kBool);
+    if (with_ce) {
+      hit = (targets >= vocab_start) & (targets < vocab_start + local);
+      local_index = torch::where(hit, targets - vocab_start, torch::zeros_like(targets));
+      torch::Tensor target_logit = torch::where(hit, s.gather(1, local_index.unsqueeze(1)).squeeze(1),
+                                                torch::zeros({}, s.options()))
+                                       .contiguous();
+      tp_reduce(target_logit, group, parallel::ReduceOp::Sum);
+      ce_sum = ((lse_1 - target_logit) * w).sum();
+    }
+    ctx->save_for_backward({s, t, w, lse_s, lse_t, per_token, lse_1, local_index, hit});
     ctx->saved_data["vocab_start"] = vocab_start;
     ctx->saved_data["vocab_size"] = vocab_size;
     ctx->saved_data["kind"] = kind;
     ctx->saved_data["temperature"] = temperature;
     ctx->saved_data["scale"] = scale;
     ctx->saved_data["chunk"] = chunk;
-    return (per_token * w).sum() * scale;
+    ctx->saved_data["with_ce"] = with_ce;
+    return torch::stack({(per_token * w).sum() * scale, ce_sum});
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     auto saved = ctx->get_saved_variables();
     torch::Tensor s = saved[0], t = saved[1], w = saved[2], lse_s = saved[3], lse_t = saved[4],
-                  per_token = saved[5];
+                  per_token = saved[5], lse_1 = saved[6], local_index = saved[7], hit = saved[8];
     const int64_t start_vocab = ctx->saved_data["vocab_start"].toInt();
     const int64_t vocab_size = ctx->saved_data["vocab_size"].toInt();
     const auto kind = LogitLoss(ctx->saved_data["kind"].toInt());
     const double temperature = ctx->saved_data["temperature"].toDouble();
     const double scale = ctx->saved_data["scale"].toDouble();
     const int64_t chunk = ctx->saved_data["chunk"].toInt();
+    const bool with_ce = ctx->saved_data["with_ce"].toBool();
     const int64_t n = s.size(0), local = s.size(1);
     torch::Tensor valid =
         (torch::arange(start_vocab, start_vocab + local, torch::kLong) < vocab_size).unsqueeze(0);
-    // d loss / d s = coefficient per token * (...) / T
-    torch::Tensor coefficient = grad_outputs[0] * w * (scale / temperature);
+    const bool padded = start_vocab + local > vocab_size;
+    // d/ds of the logit loss is (...) / T per token; of the cross-entropy softmax - one-hot.
+    torch::Tensor kd_coefficient = grad_outputs[0][0] * w * (scale / temperature);
+    torch::Tensor ce_coefficient = grad_outputs[0][1] * w;
     torch::Tensor grad = torch::empty_like(s);
     torch::Tensor zero = torch::zeros({}, s.options());
     for (int64_t start = 0; start < n; start += chunk) {
       const int64_t len = std::min(chunk, n - start);
-      torch::Tensor log_q = s.narrow(0, start, len) / temperature - lse_s.narrow(0, start, len).unsqueeze(-1);
-      torch::Tensor log_p = t.narrow(0, start, len) / temperature - lse_t.narrow(0, start, len).unsqueeze(-1);
+      torch::Tensor log_q = scaled_and_masked(s.narrow(0, start, len), temperature, valid, padded) -
+                            lse_s.narrow(0, start, len).unsqueeze(-1);
+      torch::Tensor log_p = scaled_and_masked(t.narrow(0, start, len), temperature, valid, padded) -
+                            lse_t.narrow(0, start, len).unsqueeze(-1);
       torch::Tensor q = log_q.exp(), g;
       if (kind == LogitLoss::ReverseKL) {
-        torch::Tensor diff = torch::where(valid, log_q - log_p, zero);
-        g = q * (diff - per_token.narrow(0, start, len).unsqueeze(-1));
+        torch::Tensor diff = log_q - log_p;
+        if (padded) diff = torch::where(valid, diff, zero);
+        g = q * diff.sub_(per_token.narrow(0, start, len).unsqueeze(-1));
       } else {  // forward KL and soft cross-entropy share the gradient q - p
-        g = q - log_p.exp();
+        g = q - log_p.exp_();
       }
-      g = torch::where(valid, g, zero);
-      grad.narrow(0, start, len).copy_(g * coefficient.narrow(0, start, len).unsqueeze(-1));
+      if (padded) g = torch::where(valid, g, zero);
+      torch::Tensor out = grad.narrow(0, start, len);
+      torch::mul_out(out, g, kd_coefficient.narrow(0, start, len).unsqueeze(-1));
+      if (with_ce) {
+        torch::Tensor softmax =
+            temperature == 1.0
+                ? q
+                : (scaled_and_masked(s.narrow(0, start, len), 1.0, valid, padded) -
+                   lse_1.narrow(0, start, len).unsqueeze(-1))
+                      .exp_();
+        torch::Tensor c = ce_coefficient.narrow(0, start, len);
+        out.addcmul_(softmax, c.unsqueeze(-1));
+        torch::Tensor h = hit.narrow(0, start, len).to(c.dtype());
+        out.scatter_add_(1, local_index.narrow(0, start, len).unsqueeze(1), (-c * h).unsqueeze(1));
+      }
     }
-    variable_list out(10);
-    out[0] = grad;
-    return out;
+    variable_list result(11);
+    result[0] = grad;
+    return result;
   }
 };
 
@@ -117,16 +167,27 @@ LogitLoss parse_logit_loss(const std::string& name) {
   throw UserError("distill.logit_loss='" + name + "': expected forward_kl, reverse_kl or soft_ce");
 }
 
+std::pair<torch::Tensor, torch::Tensor> logit_distillation_and_lm_sums(
+    const torch::Tensor& student, const torch::Tensor& teacher, const torch::Tensor& weight,
+    const torch::Tensor& targets, int64_t vocab_size, const LogitLossOptions& o,
+    const layers::TensorParallel& tp) {
+  const int64_t local = student.size(-1);
+  const double scale = o.scale_by_t2 ? o.temperature * o.temperature : 1.0;
+  torch::Tensor flat_targets =
+      targets.defined() ? targets.reshape({-1}) : torch::zeros({0}, torch::kLong);
+  torch::Tensor both = LogitDistillation::apply(
+      student.reshape({-1, local}), teacher.detach().reshape({-1, local}),
+      weight.reshape({-1}).to(student.scalar_type()), flat_targets, int64_t(tp.rank()) * local,
+      vocab_size, int64_t(o.kind), o.temperature, scale, o.chunk_tokens, tp.group);
+  return {both[0], both[1]};
+}
+
 torch::Tensor logit_distillation_sum(const torch::Tensor& student, const torch::Tensor& teacher,
                                      const torch::Tensor& weight, int64_t vocab_size,
                                      const LogitLossOptions& o, const layers::TensorParallel& tp) {
-  const int64_t local = student.size(-1);
-  const double scale = o.scale_by_t2 ? o.temperature * o.temperature : 1.0;
-  return LogitDistillation::apply(student.reshape({-1, local}),
-                                  teacher.detach().reshape({-1, local}),
-                                  weight.reshape({-1}).to(student.scalar_type()),
-                                  int64_t(tp.rank()) * local, vocab_size, int64_t(o.kind),
-                                  o.temperature, scale, o.chunk_tokens, tp.group);
+  return logit_distillation_and_lm_sums(student, teacher, weight, torch::Tensor(), vocab_size, o,
+                                        tp)
+      .first;
 }
 
 }  // namespace retort::distill

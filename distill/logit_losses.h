@@ -33,4 +33,13 @@ torch::Tensor logit_distillation_sum(const torch::Tensor& student, const torch::
                                      const LogitLossOptions& options,
                                      const layers::TensorParallel& tp);
 
+// The same logit loss and, computed alongside on the same student logits, the LM
+// cross-entropy against hard targets ([...], kIgnoreIndex where weight is 0): {kd, ce}. The
+// fused form keeps no softmax for the cross-entropy's backward, so distillation adds only the
+// teacher's logits to the memory of an LM-only step.
+std::pair<torch::Tensor, torch::Tensor> logit_distillation_and_lm_sums(
+    const torch::Tensor& student, const torch::Tensor& teacher, const torch::Tensor& weight,
+    const torch::Tensor& targets, int64_t vocab_size, const LogitLossOptions& options,
+    const layers::TensorParallel& tp);
+
 }  // namespace retort::distill

@@ -65,6 +65,32 @@ TEST(LogitLosses, MatchReferenceValuesAndGradients) {
   }
 }
 
+TEST(LogitLosses, FusedCrossEntropyMatchesTorch) {
+  torch::manual_seed(8);
+  for (double temperature : {1.0, 3.0}) {
+    torch::Tensor s = (torch::randn({2, 9, kPadded}, torch::kDouble) * 2).requires_grad_(true);
+    torch::Tensor t = torch::randn({2, 9, kPadded}, torch::kDouble);
+    torch::Tensor targets = torch::randint(kVocab, {2, 9}, torch::kLong);
+    targets[1][4] = -100;
+    torch::Tensor weight = targets.ne(-100).to(torch::kDouble);
+    LogitLossOptions o;
+    o.temperature = temperature;
+    o.chunk_tokens = 5;
+    auto [kd, ce] = logit_distillation_and_lm_sums(s, t, weight, targets, kVocab, o, {});
+    (0.7 * kd + 0.3 * ce).backward();
+    torch::Tensor x = s.detach().clone().requires_grad_(true);
+    torch::Tensor ref_kd = (reference_logit_loss(x, t, LogitLoss::ForwardKL, temperature) * weight)
+                               .sum() * temperature * temperature;
+    torch::Tensor ref_ce = F::cross_entropy(
+        x.narrow(-1, 0, kVocab).reshape({-1, kVocab}), targets.reshape({-1}),
+        F::CrossEntropyFuncOptions().reduction(torch::kSum).ignore_index(-100));
+    (0.7 * ref_kd + 0.3 * ref_ce).backward();
+    EXPECT_NEAR(kd.item<double>(), ref_kd.item<double>(), 1e-10);
+    EXPECT_NEAR(ce.item<double>(), ref_ce.item<double>(), 1e-10);
+    EXPECT_TRUE(torch::allclose(s.grad(), x.grad(), 1e-9, 1e-12)) << "T " << temperature;
+  }
+}
+
 TEST(LogitLosses, ZeroWhenStudentEqualsTeacher) {
   torch::Tensor s = torch::randn({4, kPadded}, torch::kDouble).requires_grad_(true);
   torch::Tensor w = torch::ones({4}, torch::kDouble);
