@@ -11,6 +11,7 @@
 
 #include "common/user_error.h"
 #include "engine/h5_tensors.h"
+#include <nlohmann/json.hpp>
 #include "engine/sharding.h"
 
 namespace retort::engine {
@@ -26,6 +27,50 @@ int64_t read_scalar(hid_t file, const std::string& file_name, const std::string&
 }
 
 }  // namespace
+
+std::string model_config_json(const layers::ModelConfig& c) {
+  nlohmann::json j = {{"vocab_size", c.vocab_size},   {"hidden", c.hidden},
+                      {"layers", c.layers},           {"heads", c.heads},
+                      {"kv_heads", c.kv_heads},       {"ffn_hidden", c.ffn_hidden},
+                      {"rope_theta", c.rope_theta},   {"norm_eps", c.norm_eps},
+                      {"sliding_window", c.sliding_window}, {"layer_windows", c.layer_windows},
+                      {"qkv_bias", c.qkv_bias},       {"tied_embeddings", c.tied_embeddings}};
+  return j.dump();
+}
+
+layers::ModelConfig model_config_from_json(const std::string& text, const std::string& source) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    throw UserError("'" + source + "': unreadable model description");
+  layers::ModelConfig c;
+  try {
+    c.vocab_size = j.at("vocab_size");
+    c.hidden = j.at("hidden");
+    c.layers = j.at("layers");
+    c.heads = j.at("heads");
+    c.kv_heads = j.at("kv_heads");
+    c.ffn_hidden = j.at("ffn_hidden");
+    c.rope_theta = j.at("rope_theta");
+    c.norm_eps = j.at("norm_eps");
+    c.sliding_window = j.at("sliding_window");
+    c.layer_windows = j.at("layer_windows").get<std::vector<int64_t>>();
+    c.qkv_bias = j.at("qkv_bias");
+    c.tied_embeddings = j.at("tied_embeddings");
+  } catch (const nlohmann::json::exception& e) {
+    throw UserError("'" + source + "': model description lacks a field (" + e.what() + ")");
+  }
+  return c;
+}
+
+std::optional<layers::ModelConfig> read_checkpoint_model(const std::string& path) {
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  H5Handle file{H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose};
+  if (file.id < 0) throw UserError("'" + path + "' is not a readable HDF5 checkpoint");
+  if (!h5_exists(file.id, "/model/config_json")) return std::nullopt;
+  torch::Tensor bytes = h5_read_tensor(file.id, path, "/model/config_json", {}, torch::kUInt8);
+  std::string text(reinterpret_cast<const char*>(bytes.data_ptr()), bytes.numel());
+  return model_config_from_json(text, path);
+}
 
 std::string checkpoint_path(const std::string& run_dir, int64_t step) {
   char name[32];
@@ -81,6 +126,11 @@ void save_checkpoint(const std::string& path, const layers::ParameterStore& stor
     write_scalar(file.id, "seed", static_cast<int64_t>(progress.seed));
     write_scalar(file.id, "optimizer_steps", optimizer ? optimizer->steps() : 0);
     h5_write_tensor(file.id, "/rng/torch_cpu", at::detail::getDefaultCPUGenerator().get_state());
+    if (!progress.model_json.empty()) {
+      std::vector<uint8_t> bytes(progress.model_json.begin(), progress.model_json.end());
+      h5_write_tensor(file.id, "/model/config_json",
+                      torch::from_blob(bytes.data(), {int64_t(bytes.size())}, torch::kUInt8));
+    }
   }
   fs::rename(temporary, path);
   // Point "latest" at the new file, again through a rename.

@@ -5,10 +5,12 @@
 // crash while saving never damages the checkpoint already on disk.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "engine/adamw.h"
 #include "engine/zero_partition.h"
+#include "layers/model_config.h"
 #include "layers/parameters.h"
 #include "layers/tensor_parallel.h"
 
@@ -18,7 +20,15 @@ struct TrainingProgress {
   int64_t step = 0;              // optimizer steps completed
   int64_t consumed_samples = 0;  // data position
   uint64_t seed = 0;
+  std::string model_json;        // the model's shape (model_config_json), stored with it
 };
+
+// The shape of a model as JSON, and back; a checkpoint stores it under /model/config_json so
+// a teacher can be built from its checkpoint alone.
+std::string model_config_json(const layers::ModelConfig& config);
+layers::ModelConfig model_config_from_json(const std::string& json, const std::string& source);
+// The model shape stored in a checkpoint file, if it has one.
+std::optional<layers::ModelConfig> read_checkpoint_model(const std::string& path);
 
 // Collective over the TP group: shards are gathered to global shape and only the rank with
 // `writer` true writes the file (one writer per model replica set, i.e. world rank 0).

@@ -82,6 +82,7 @@ TrainConfig make_train_config(const Config& c, int world_size) {
   ds.teacher = m;
   auto pick = [&](const char* key, int64_t student) {
     const int64_t v = c.get_int(key);
+    ds.teacher_shape_given |= v > 0;
     return v > 0 ? v : student;
   };
   ds.teacher.hidden = pick("teacher.hidden", m.hidden);

@@ -53,6 +53,7 @@ struct DistillSettings {
   std::string teacher_checkpoint;
   uint64_t teacher_seed = 0;
   layers::ModelConfig teacher;
+  bool teacher_shape_given = false;  // any teacher.<size> key set; else from its checkpoint
   double lm_weight = 1, logit_weight = 0, activation_weight = 0;
   std::string logit_loss = "forward_kl", activation_loss = "mse";
   double temperature = 1;

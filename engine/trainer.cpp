@@ -62,10 +62,12 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log, parallel::Mesh* m
                                                             : config_.training.steps;
   schedule_.kind = config_.optimizer.schedule;
   progress_.seed = config_.seed;
+  progress_.model_json = model_config_json(config_.model);
 
   if (!config_.checkpoint.load.empty()) {
     const std::string path = resolve_checkpoint(config_.checkpoint.load);
     progress_ = load_checkpoint(path, *store_, optimizer_.get(), tp_);
+    progress_.model_json = model_config_json(config_.model);
     if (progress_.seed != config_.seed)
       throw UserError("checkpoint '" + path + "' was trained with seed " +
                       std::to_string(progress_.seed) + " but the config has seed " +
@@ -103,9 +105,20 @@ void Trainer::initialise_student() {
 void Trainer::build_distiller() {
   const DistillSettings& d = config_.distill;
   if (!d.enabled) return;
-  teacher_ = std::make_unique<distill::Teacher>(d.teacher, d.teacher_seed, dtype_, tp_);
-  if (!d.teacher_checkpoint.empty())
-    load_checkpoint(resolve_checkpoint(d.teacher_checkpoint), teacher_->parameters(), nullptr, tp_);
+  layers::ModelConfig teacher_model = d.teacher;
+  std::string teacher_path;
+  if (!d.teacher_checkpoint.empty()) {
+    teacher_path = resolve_checkpoint(d.teacher_checkpoint);
+    // Without explicit teacher sizes, the checkpoint's own model description decides.
+    if (!d.teacher_shape_given)
+      if (auto stored = read_checkpoint_model(teacher_path)) teacher_model = *stored;
+    parallel::resolve_layout(config_.layout, config_.layout.tensor * config_.layout.data,
+                             {teacher_model.heads, teacher_model.kv_heads,
+                              teacher_model.ffn_hidden, teacher_model.layers,
+                              config_.data.seq_len});
+  }
+  teacher_ = std::make_unique<distill::Teacher>(teacher_model, d.teacher_seed, dtype_, tp_);
+  if (!teacher_path.empty()) load_checkpoint(teacher_path, teacher_->parameters(), nullptr, tp_);
   distill::DistillConfig dc;
   dc.lm_weight = d.lm_weight;
   dc.logit_weight = d.logit_weight;
@@ -116,7 +129,7 @@ void Trainer::build_distiller() {
   dc.logits.chunk_tokens = d.chunk_tokens;
   dc.activation_kind = distill::parse_activation_loss(d.activation_loss);
   dc.pairs = distill::make_activation_pairs(d.activation_pairs, d.activation_points,
-                                            config_.model.layers, d.teacher.layers);
+                                            config_.model.layers, teacher_model.layers);
   distiller_ = std::make_unique<distill::Distiller>(dc, *teacher_, config_.model, *store_, tp_);
 }
 

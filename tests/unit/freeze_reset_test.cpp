@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <filesystem>
 
 #include "common/user_error.h"
@@ -89,6 +90,25 @@ TEST(Reset, ResetFollowsInitOthersEqualCheckpoint) {
     }
   }
   EXPECT_EQ(reset, 8);  // q, k, v, o in two layers
+}
+
+TEST(Teacher, ShapeComesFromItsCheckpoint) {
+  // A teacher trained with 3 layers and hidden 96; the student config names no teacher sizes.
+  const std::string dir = fresh("wide_teacher");
+  Trainer wide(small(dir, {"model.layers=3", "model.hidden=96", "model.heads=4",
+                           "model.kv_heads=2", "model.ffn_hidden=160"}),
+               nullptr);
+  wide.run();
+  Trainer student(small(fresh("from_wide"), {"teacher.checkpoint=" + dir,
+                                             "distill.logit_weight=1",
+                                             "checkpoint.save_at_end=false"}),
+                  nullptr);
+  ASSERT_NE(student.teacher(), nullptr);
+  EXPECT_EQ(student.teacher()->config().layers, 3);
+  EXPECT_EQ(student.teacher()->config().hidden, 96);
+  EXPECT_TRUE(torch::equal(student.teacher()->parameters().find("layers.2.mlp.up_proj.weight")->value,
+                           wide.parameters().find("layers.2.mlp.up_proj.weight")->value));
+  EXPECT_TRUE(std::isfinite(student.train_step()));
 }
 
 TEST(Reset, LoadingIsStrict) {
