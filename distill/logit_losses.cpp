@@ -35,16 +35,26 @@ torch::Tensor scaled_and_masked(const torch::Tensor& x, double temperature,
 
 // Per-token partial loss on this rank's vocabulary slice; valid marks real vocabulary.
 torch::Tensor partial_loss(LogitLoss kind, const torch::Tensor& log_q, const torch::Tensor& log_p,
-                           const torch::Tensor& valid, bool padded) {
+                           const torch::Tensor& valid, bool padded, bool sparse_teacher) {
   torch::Tensor term;
   switch (kind) {
     case LogitLoss::ForwardKL: term = log_p.exp().mul_(log_p - log_q); break;
     case LogitLoss::ReverseKL: term = log_q.exp().mul_(log_q - log_p); break;
     case LogitLoss::SoftCrossEntropy: term = log_p.exp().mul_(log_q).neg_(); break;
   }
-  // Padded entries are -inf in both, so their terms are NaN: drop them.
+  // Padded entries are -inf in both, so their terms are NaN: drop them; so are entries a
+  // top-k teacher leaves out (p = 0) in the forward KL.
   if (padded) term = torch::where(valid, term, torch::zeros({}, term.options()));
+  if (sparse_teacher && kind == LogitLoss::ForwardKL)
+    term = torch::where(log_p.isinf(), torch::zeros({}, term.options()), term);
   return term.sum(-1);
+}
+
+// The k-th largest teacher logit per token over the whole (split) vocabulary.
+torch::Tensor top_k_threshold(const torch::Tensor& tt, int64_t k, parallel::Communicator* group) {
+  torch::Tensor local = std::get<0>(tt.topk(std::min(k, tt.size(1)), 1)).contiguous();
+  if (group && group->size() > 1) local = group->all_gather(local, 1);
+  return std::get<0>(local.topk(k, 1)).select(1, k - 1).contiguous();
 }
 
 // Outputs [kd, ce]: the weighted sums of the logit loss (times the T^2 scale) and, when hard
@@ -55,9 +65,11 @@ struct LogitDistillation : torch::autograd::Function<LogitDistillation> {
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor s, torch::Tensor t,
                                torch::Tensor w, torch::Tensor targets, int64_t vocab_start,
                                int64_t vocab_size, int64_t kind, double temperature,
-                               double scale, int64_t chunk, parallel::Communicator* group) {
+                               double scale, int64_t chunk, int64_t top_k,
+                               parallel::Communicator* group) {
     const int64_t n = s.size(0), local = s.size(1);
     const bool with_ce = targets.numel() > 0;
+    torch::Tensor threshold = torch::empty({top_k > 0 ? n : 0}, s.options());
     torch::Tensor valid =
         (torch::arange(vocab_start, vocab_start + local, torch::kLong) < vocab_size).unsqueeze(0);
     const bool padded = vocab_start + local > vocab_size;
@@ -70,6 +82,11 @@ struct LogitDistillation : torch::autograd::Function<LogitDistillation> {
       // Padded vocabulary never counts, whether or not the caller masked it already.
       torch::Tensor ss = scaled_and_masked(s.narrow(0, start, len), temperature, valid, padded);
       torch::Tensor tt = scaled_and_masked(t.narrow(0, start, len), temperature, valid, padded);
+      if (top_k > 0) {
+        torch::Tensor th = threshold.narrow(0, start, len);
+        th.copy_(top_k_threshold(tt, top_k, group));
+        tt = tt.masked_fill(tt < th.unsqueeze(-1), -std::numeric_limits<double>::infinity());
+      }
       lse_s.narrow(0, start, len).copy_(split_logsumexp(ss, group));
       lse_t.narrow(0, start, len).copy_(split_logsumexp(tt, group));
       if (with_ce && temperature != 1.0)
@@ -77,7 +94,8 @@ struct LogitDistillation : torch::autograd::Function<LogitDistillation> {
             split_logsumexp(scaled_and_masked(s.narrow(0, start, len), 1.0, valid, padded), group));
       torch::Tensor log_q = ss - lse_s.narrow(0, start, len).unsqueeze(-1);
       torch::Tensor log_p = tt - lse_t.narrow(0, start, len).unsqueeze(-1);
-      per_token.narrow(0, start, len).copy_(partial_loss(LogitLoss(kind), log_q, log_p, valid, padded));
+      per_token.narrow(0, start, len).copy_(
+          partial_loss(LogitLoss(kind), log_q, log_p, valid, padded, top_k > 0));
     }
     tp_reduce(per_token, group, parallel::ReduceOp::Sum);
     torch::Tensor ce_sum = torch::zeros({}, s.options());
@@ -91,7 +109,7 @@ struct LogitDistillation : torch::autograd::Function<LogitDistillation> {
       tp_reduce(target_logit, group, parallel::ReduceOp::Sum);
       ce_sum = ((lse_1 - target_logit) * w).sum();
     }
-    ctx->save_for_backward({s, t, w, lse_s, lse_t, per_token, lse_1, local_index, hit});
+    ctx->save_for_backward({s, t, w, lse_s, lse_t, per_token, lse_1, local_index, hit, threshold});
     ctx->saved_data["vocab_start"] = vocab_start;
     ctx->saved_data["vocab_size"] = vocab_size;
     ctx->saved_data["kind"] = kind;
@@ -105,7 +123,8 @@ struct LogitDistillation : torch::autograd::Function<LogitDistillation> {
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     auto saved = ctx->get_saved_variables();
     torch::Tensor s = saved[0], t = saved[1], w = saved[2], lse_s = saved[3], lse_t = saved[4],
-                  per_token = saved[5], lse_1 = saved[6], local_index = saved[7], hit = saved[8];
+                  per_token = saved[5], lse_1 = saved[6], local_index = saved[7], hit = saved[8],
+                  threshold = saved[9];
     const int64_t start_vocab = ctx->saved_data["vocab_start"].toInt();
     const int64_t vocab_size = ctx->saved_data["vocab_size"].toInt();
     const auto kind = LogitLoss(ctx->saved_data["kind"].toInt());
@@ -126,8 +145,11 @@ struct LogitDistillation : torch::autograd::Function<LogitDistillation> {
       const int64_t len = std::min(chunk, n - start);
       torch::Tensor log_q = scaled_and_masked(s.narrow(0, start, len), temperature, valid, padded) -
                             lse_s.narrow(0, start, len).unsqueeze(-1);
-      torch::Tensor log_p = scaled_and_masked(t.narrow(0, start, len), temperature, valid, padded) -
-                            lse_t.narrow(0, start, len).unsqueeze(-1);
+      torch::Tensor tt = scaled_and_masked(t.narrow(0, start, len), temperature, valid, padded);
+      if (threshold.numel() > 0)  // the same top-k teacher as in forward
+        tt = tt.masked_fill(tt < threshold.narrow(0, start, len).unsqueeze(-1),
+                            -std::numeric_limits<double>::infinity());
+      torch::Tensor log_p = tt - lse_t.narrow(0, start, len).unsqueeze(-1);
       torch::Tensor q = log_q.exp(), g;
       if (kind == LogitLoss::ReverseKL) {
         torch::Tensor diff = log_q - log_p;
@@ -152,7 +174,7 @@ struct LogitDistillation : torch::autograd::Function<LogitDistillation> {
         out.scatter_add_(1, local_index.narrow(0, start, len).unsqueeze(1), (-c * h).unsqueeze(1));
       }
     }
-    variable_list result(11);
+    variable_list result(12);
     result[0] = grad;
     return result;
   }
@@ -173,12 +195,15 @@ std::pair<torch::Tensor, torch::Tensor> logit_distillation_and_lm_sums(
     const layers::TensorParallel& tp) {
   const int64_t local = student.size(-1);
   const double scale = o.scale_by_t2 ? o.temperature * o.temperature : 1.0;
+  if (o.teacher_top_k > 0 && o.kind == LogitLoss::ReverseKL)
+    throw UserError("distill.teacher_top_k: reverse_kl is undefined where a top-k teacher has "
+                    "zero probability; use forward_kl or soft_ce");
   torch::Tensor flat_targets =
       targets.defined() ? targets.reshape({-1}) : torch::zeros({0}, torch::kLong);
   torch::Tensor both = LogitDistillation::apply(
       student.reshape({-1, local}), teacher.detach().reshape({-1, local}),
       weight.reshape({-1}).to(student.scalar_type()), flat_targets, int64_t(tp.rank()) * local,
-      vocab_size, int64_t(o.kind), o.temperature, scale, o.chunk_tokens, tp.group);
+      vocab_size, int64_t(o.kind), o.temperature, scale, o.chunk_tokens, o.teacher_top_k, tp.group);
   return {both[0], both[1]};
 }
 

@@ -24,6 +24,9 @@ struct LogitLossOptions {
   double temperature = 1.0;
   bool scale_by_t2 = true;
   int64_t chunk_tokens = 1024;  // tokens processed at once
+  // > 0: the teacher distribution keeps only its k largest logits per token (renormalised;
+  // the k-th value is found across TP ranks). Not defined for reverse_kl.
+  int64_t teacher_top_k = 0;
 };
 
 // student, teacher: [..., local_vocab]; weight: [...] of 0/1 (which tokens count).

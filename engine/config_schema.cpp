@@ -55,6 +55,8 @@ std::vector<KeySpec> build_keys() {
        {"forward_kl", "reverse_kl", "soft_ce"}, "logit distillation loss"},
       {"distill.temperature", T::Float, "1.0", 1e-3, 1e3, {}, "softmax temperature"},
       {"distill.scale_t2", T::Bool, "true", -kInf, kInf, {}, "multiply the logit loss by T^2"},
+      {"distill.teacher_top_k", T::Int, "0", 0, 1e9, {},
+       "keep the teacher's k largest logits per token (0 = all); forward_kl / soft_ce"},
       {"distill.chunk_tokens", T::Int, "1024", 1, 1e9, {}, "tokens per logit-loss chunk"},
       {"distill.activation_loss", T::String, "mse", -kInf, kInf, {"mse", "cosine", "l2"},
        "activation distillation loss"},

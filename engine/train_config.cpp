@@ -100,6 +100,10 @@ TrainConfig make_train_config(const Config& c, int world_size) {
   ds.temperature = c.get_float("distill.temperature");
   ds.scale_t2 = c.get_bool("distill.scale_t2");
   ds.chunk_tokens = c.get_int("distill.chunk_tokens");
+  ds.teacher_top_k = c.get_int("distill.teacher_top_k");
+  require(ds.teacher_top_k == 0 || ds.logit_loss != "reverse_kl",
+          "distill.teacher_top_k needs forward_kl or soft_ce (reverse_kl is undefined where the "
+          "top-k teacher has zero probability)");
   ds.activation_pairs = c.get_string_list("distill.activation_pairs");
   ds.activation_points = c.get_string_list("distill.activation_points");
   ds.enabled = ds.logit_weight > 0 || ds.activation_weight > 0;

@@ -127,6 +127,7 @@ void Trainer::build_distiller() {
   dc.logits.temperature = d.temperature;
   dc.logits.scale_by_t2 = d.scale_t2;
   dc.logits.chunk_tokens = d.chunk_tokens;
+  dc.logits.teacher_top_k = d.teacher_top_k;
   dc.activation_kind = distill::parse_activation_loss(d.activation_loss);
   dc.pairs = distill::make_activation_pairs(d.activation_pairs, d.activation_points,
                                             config_.model.layers, teacher_model.layers);

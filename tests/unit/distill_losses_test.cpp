@@ -91,6 +91,36 @@ TEST(LogitLosses, FusedCrossEntropyMatchesTorch) {
   }
 }
 
+TEST(LogitLosses, TopKTeacherMatchesReference) {
+  torch::manual_seed(9);
+  const int64_t k = 7;
+  for (LogitLoss kind : {LogitLoss::ForwardKL, LogitLoss::SoftCrossEntropy}) {
+    torch::Tensor s = torch::randn({6, kPadded}, torch::kDouble).requires_grad_(true);
+    torch::Tensor t = torch::randn({6, kPadded}, torch::kDouble) * 3;
+    torch::Tensor w = torch::ones({6}, torch::kDouble);
+    LogitLossOptions o;
+    o.kind = kind;
+    o.temperature = 1.5;
+    o.teacher_top_k = k;
+    o.chunk_tokens = 4;
+    torch::Tensor loss = logit_distillation_sum(s, t, w, kVocab, o, {});
+    loss.backward();
+    // Reference: the teacher's k largest real-vocabulary logits, renormalised.
+    torch::Tensor x = s.detach().clone().requires_grad_(true);
+    torch::Tensor tv = t.narrow(-1, 0, kVocab) / 1.5;
+    auto [values, indices] = tv.topk(k, -1);
+    torch::Tensor log_p_k = torch::log_softmax(values, -1);
+    torch::Tensor log_q = torch::log_softmax(x.narrow(-1, 0, kVocab) / 1.5, -1).gather(-1, indices);
+    torch::Tensor per_token = kind == LogitLoss::ForwardKL
+                                  ? (log_p_k.exp() * (log_p_k - log_q)).sum(-1)
+                                  : -(log_p_k.exp() * log_q).sum(-1);
+    torch::Tensor ref = per_token.sum() * 1.5 * 1.5;
+    ref.backward();
+    EXPECT_NEAR(loss.item<double>(), ref.item<double>(), 1e-10) << int(kind);
+    EXPECT_TRUE(torch::allclose(s.grad(), x.grad(), 1e-9, 1e-12)) << int(kind);
+  }
+}
+
 TEST(LogitLosses, ZeroWhenStudentEqualsTeacher) {
   torch::Tensor s = torch::randn({4, kPadded}, torch::kDouble).requires_grad_(true);
   torch::Tensor w = torch::ones({4}, torch::kDouble);
