@@ -4,8 +4,12 @@
 // layer's mixer output against the teacher's, through projections), next to the targets:
 // throughput >= 0.95 x the FLOP ideal 6Ns / (6Ns + 2Nt) of the LM-only rate, and peak
 // memory <= LM-only peak + the teacher's weights + 10% of the LM-only peak.
-// Student: hidden 384, 6 layers; teacher: hidden 512, 8 layers; vocab 32000, seq 256,
-// micro-batch 4. Usage: bench_distill [steps=4] [threads=cores]
+// Teacher: hidden 512, 8 layers. Student (default): the teacher's width with half its depth
+// (DistilBERT-style), layer i distilled from teacher layer 2i+1; with "narrow" as third
+// argument, hidden 384 and 6 layers, whose activation pairs need learned projections.
+// Vocab 32000, seq 256, micro-batch 4.
+// Each mode runs in three interleaved rounds and reports its best rate and largest peak.
+// Usage: bench_distill [steps=4] [threads=cores] [narrow]
 #include <torch/torch.h>
 
 #include <chrono>
@@ -45,16 +49,17 @@ int main(int argc, char** argv) {
   const int threads = argc > 2 ? std::atoi(argv[2]) : int(std::thread::hardware_concurrency());
   torch::set_num_threads(threads);
   engine::MemoryTracker& memory = engine::MemoryTracker::install();
-  const layers::ModelConfig sc = make(384, 6, 6, 1024), tc = make(512, 8, 8, 1376);
+  const bool narrow = argc > 3 && std::string(argv[3]) == "narrow";
+  const layers::ModelConfig tc = make(512, 8, 8, 1376);
+  const layers::ModelConfig sc = narrow ? make(384, 6, 6, 1024) : make(512, 4, 8, 1376);
   const int64_t batch = 4, seq = 256;
   torch::Tensor tokens = torch::randint(sc.vocab_size, {batch, seq + 1}, torch::kLong);
   torch::Tensor inputs = tokens.narrow(1, 0, seq), targets = tokens.narrow(1, 1, seq).contiguous();
 
-  std::vector<std::string> pairs;  // student layer i <- teacher layer round(i * 8 / 6)
+  std::vector<std::string> pairs;  // student layer i <- the last teacher layer of its span
   for (int64_t i = 0; i < sc.layers; ++i)
     pairs.push_back(layers::capture_name(i, "mixer_output") + "=" +
-                    layers::capture_name((i * tc.layers + sc.layers / 2) / sc.layers,
-                                         "mixer_output"));
+                    layers::capture_name(((i + 1) * tc.layers) / sc.layers - 1, "mixer_output"));
 
   auto run = [&](double logit_weight, double activation_weight) {
     layers::ParameterStore store(1, torch::kFloat);
@@ -68,7 +73,8 @@ int main(int argc, char** argv) {
       dc.logit_weight = logit_weight;
       dc.activation_weight = activation_weight;
       dc.logits.chunk_tokens = 128;
-      if (activation_weight > 0) dc.pairs = distill::make_activation_pairs(pairs, {}, 6, 8);
+      if (activation_weight > 0)
+        dc.pairs = distill::make_activation_pairs(pairs, {}, sc.layers, tc.layers);
       distiller = std::make_unique<distill::Distiller>(dc, *teacher, sc, store,
                                                        layers::TensorParallel{});
     }
@@ -103,7 +109,18 @@ int main(int argc, char** argv) {
     return Result{double(steps * batch * seq) / s, memory.peak_bytes()};
   };
 
-  const Result lm = run(0, 0), logits = run(1, 0), both = run(1, 1);
+  // Three interleaved rounds; each mode keeps its best rate (least disturbed by the machine)
+  // and its largest peak.
+  Result lm, logits, both;
+  auto keep = [](Result& best, const Result& r) {
+    best.tokens_per_s = std::max(best.tokens_per_s, r.tokens_per_s);
+    best.peak = std::max(best.peak, r.peak);
+  };
+  for (int round = 0; round < 3; ++round) {
+    keep(lm, run(0, 0));
+    keep(logits, run(1, 0));
+    keep(both, run(1, 1));
+  }
   const double ns = double(sc.parameter_count()), nt = double(tc.parameter_count());
   const double ideal = 6 * ns / (6 * ns + 2 * nt);
   const double teacher_mb = 4.0 * double(nt) / 1e6;  // fp32 weights (vocab needs no padding)
