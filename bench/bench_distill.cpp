@@ -61,6 +61,7 @@ int main(int argc, char** argv) {
     pairs.push_back(layers::capture_name(i, "mixer_output") + "=" +
                     layers::capture_name(((i + 1) * tc.layers) / sc.layers - 1, "mixer_output"));
 
+  int64_t teacher_bytes = 0;
   auto run = [&](double logit_weight, double activation_weight) {
     layers::ParameterStore store(1, torch::kFloat);
     layers::LlamaModel student(sc, store);
@@ -69,6 +70,7 @@ int main(int argc, char** argv) {
     std::unique_ptr<distill::Distiller> distiller;
     if (logit_weight > 0 || activation_weight > 0) {
       teacher = std::make_unique<distill::Teacher>(tc, 2, torch::kFloat, layers::TensorParallel{});
+      teacher_bytes = teacher->weight_bytes();
       distill::DistillConfig dc;
       dc.logit_weight = logit_weight;
       dc.activation_weight = activation_weight;
@@ -123,7 +125,7 @@ int main(int argc, char** argv) {
   }
   const double ns = double(sc.parameter_count()), nt = double(tc.parameter_count());
   const double ideal = 6 * ns / (6 * ns + 2 * nt);
-  const double teacher_mb = 4.0 * double(nt) / 1e6;  // fp32 weights (vocab needs no padding)
+  const double teacher_mb = double(teacher_bytes) / 1e6;
   const double budget = lm.peak / 1e6 + teacher_mb + 0.1 * lm.peak / 1e6;
   std::printf("student %.1fM parameters, teacher %.1fM, vocab 32000, batch %lld x seq %lld, "
               "%d thread(s)\n",

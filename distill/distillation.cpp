@@ -51,13 +51,6 @@ std::vector<ActivationPair> make_activation_pairs(const std::vector<std::string>
   return pairs;
 }
 
-void LossTerms::add(const LossTerms& o) {
-  lm += o.lm;
-  logits += o.logits;
-  activations += o.activations;
-  for (const auto& [k, v] : o.per_pair) per_pair[k] += v;
-}
-
 Distiller::Distiller(DistillConfig config, Teacher& teacher, const layers::ModelConfig& student,
                      layers::ParameterStore& student_store, const layers::TensorParallel& tp)
     : config_(std::move(config)), teacher_(teacher), tp_(tp) {

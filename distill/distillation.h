@@ -40,7 +40,6 @@ std::vector<ActivationPair> make_activation_pairs(const std::vector<std::string>
 struct LossTerms {
   double lm = 0, logits = 0, activations = 0;
   std::map<std::string, double> per_pair;  // by student capture name
-  void add(const LossTerms& other);
 };
 
 class Distiller {
