@@ -1,0 +1,31 @@
+// parallel/pipeline_runner.h: executes a 1F1B schedule on one pipeline stage. The stage
+// supplies two callbacks; the runner moves activations forward and gradients backward
+// between neighbouring stages with non-blocking point-to-point messages over the pipeline
+// group, and drops its reference to a sent tensor once the send completes.
+#pragma once
+#include <torch/torch.h>
+
+#include <functional>
+#include <vector>
+
+#include "parallel/communicator.h"
+#include "parallel/pipeline_schedule.h"
+
+namespace retort::parallel {
+
+struct PipelineStage {
+  // input: the previous stage's output (undefined on the first stage) -> this stage's output
+  std::function<torch::Tensor(int micro_batch, const torch::Tensor& input)> forward;
+  // output_grad: the next stage's input gradient (undefined on the last stage) -> the
+  // gradient of this stage's input (ignored on the first stage)
+  std::function<torch::Tensor(int micro_batch, const torch::Tensor& output_grad)> backward;
+  std::vector<int64_t> activation_shape;  // what travels between stages
+  torch::ScalarType dtype = torch::kFloat;
+};
+
+// Runs `micro_batches` through the stage in 1F1B order over the pipeline group `pp`
+// (rank = stage). Returns the actions in the order they ran.
+std::vector<PipelineAction> run_one_forward_one_backward(Communicator& pp, int micro_batches,
+                                                         const PipelineStage& stage);
+
+}  // namespace retort::parallel
