@@ -141,13 +141,15 @@ int main(int argc, char** argv) {
   for (auto [name, r] : {std::pair<const char*, Result>{"LM loss only", lm},
                          {"+ logit distillation", logits},
                          {"+ logit + activation", both}}) {
-    const bool is_lm = std::string(name) == "LM loss only";
+    const bool is_lm = r.peak == lm.peak && r.tokens_per_s == lm.tokens_per_s;
+    char target[16] = "-", machinery[16] = "-", allowed[16] = "-";
+    if (!is_lm) {
+      std::snprintf(target, sizeof(target), "%.3f", 0.95 * ideal);
+      std::snprintf(machinery, sizeof(machinery), "%.1f", r.peak / 1e6 - lm.peak / 1e6 - teacher_mb);
+      std::snprintf(allowed, sizeof(allowed), "%.1f", 0.1 * lm.peak / 1e6);
+    }
     std::printf("| %-21s | %8.0f | %11.3f | %12s | %7.1f | %35s | %9s |\n", name, r.tokens_per_s,
-                r.tokens_per_s / lm.tokens_per_s,
-                is_lm ? "-" : (std::to_string(0.95 * ideal).substr(0, 5)).c_str(), r.peak / 1e6,
-                is_lm ? "-"
-                      : std::to_string(r.peak / 1e6 - lm.peak / 1e6 - teacher_mb).substr(0, 7).c_str(),
-                is_lm ? "-" : std::to_string(0.1 * lm.peak / 1e6).substr(0, 6).c_str());
+                r.tokens_per_s / lm.tokens_per_s, target, r.peak / 1e6, machinery, allowed);
   }
   return 0;
 }

@@ -69,6 +69,8 @@ struct LogitDistillation : torch::autograd::Function<LogitDistillation> {
                                parallel::Communicator* group) {
     const int64_t n = s.size(0), local = s.size(1);
     const bool with_ce = targets.numel() > 0;
+    const bool dense = vocab_start + local <= vocab_size && top_k == 0 &&
+                       LogitLoss(kind) != LogitLoss::ReverseKL;
     torch::Tensor threshold = torch::empty({top_k > 0 ? n : 0}, s.options());
     torch::Tensor valid =
         (torch::arange(vocab_start, vocab_start + local, torch::kLong) < vocab_size).unsqueeze(0);
@@ -92,12 +94,22 @@ struct LogitDistillation : torch::autograd::Function<LogitDistillation> {
       if (with_ce && temperature != 1.0)
         lse_1.narrow(0, start, len).copy_(
             split_logsumexp(scaled_and_masked(s.narrow(0, start, len), 1.0, valid, padded), group));
+      if (dense) {  // fewer passes: the log-sum-exps are added once after the reduction
+        torch::Tensor p = (tt - lse_t.narrow(0, start, len).unsqueeze(-1)).exp_();
+        per_token.narrow(0, start, len)
+            .copy_(LogitLoss(kind) == LogitLoss::ForwardKL ? (p * (tt - ss)).sum(-1)
+                                                           : -(p * ss).sum(-1));
+        continue;
+      }
       torch::Tensor log_q = ss - lse_s.narrow(0, start, len).unsqueeze(-1);
       torch::Tensor log_p = tt - lse_t.narrow(0, start, len).unsqueeze(-1);
       per_token.narrow(0, start, len).copy_(
           partial_loss(LogitLoss(kind), log_q, log_p, valid, padded, top_k > 0));
     }
     tp_reduce(per_token, group, parallel::ReduceOp::Sum);
+    // Dense forms: sum p (log p - log q) = sum p (t - s) + lse_s - lse_t and
+    // -sum p log q = -sum p s + lse_s, because p sums to one over the whole vocabulary.
+    if (dense) per_token += LogitLoss(kind) == LogitLoss::ForwardKL ? lse_s - lse_t : lse_s;
     torch::Tensor ce_sum = torch::zeros({}, s.options());
     torch::Tensor local_index = torch::zeros({0}, torch::kLong), hit = torch::zeros({0}, torch::kBool);
     if (with_ce) {
@@ -136,6 +148,7 @@ struct LogitDistillation : torch::autograd::Function<LogitDistillation> {
     torch::Tensor valid =
         (torch::arange(start_vocab, start_vocab + local, torch::kLong) < vocab_size).unsqueeze(0);
     const bool padded = start_vocab + local > vocab_size;
+    const bool dense = !padded && threshold.numel() == 0 && kind != LogitLoss::ReverseKL;
     // d/ds of the logit loss is (...) / T per token; of the cross-entropy softmax - one-hot.
     torch::Tensor kd_coefficient = grad_outputs[0][0] * w * (scale / temperature);
     torch::Tensor ce_coefficient = grad_outputs[0][1] * w;
@@ -145,6 +158,27 @@ struct LogitDistillation : torch::autograd::Function<LogitDistillation> {
       const int64_t len = std::min(chunk, n - start);
       torch::Tensor log_q = scaled_and_masked(s.narrow(0, start, len), temperature, valid, padded) -
                             lse_s.narrow(0, start, len).unsqueeze(-1);
+      torch::Tensor out = grad.narrow(0, start, len);
+      torch::Tensor kd_c = kd_coefficient.narrow(0, start, len).unsqueeze(-1);
+      if (dense && (!with_ce || temperature == 1.0)) {  // q and p written in place
+        torch::Tensor ss = s.narrow(0, start, len);
+        if (temperature != 1.0) ss = ss / temperature;
+        torch::sub_out(out, ss, lse_s.narrow(0, start, len).unsqueeze(-1));
+        out.exp_();  // q
+        torch::Tensor p = ((temperature == 1.0 ? t.narrow(0, start, len)
+                                                : t.narrow(0, start, len) / temperature) -
+                           lse_t.narrow(0, start, len).unsqueeze(-1))
+                              .exp_();
+        if (with_ce) {  // (q - p) kd + (q - onehot) ce, with q at T = 1
+          torch::Tensor c = ce_coefficient.narrow(0, start, len);
+          out.mul_(kd_c + c.unsqueeze(-1)).addcmul_(p, kd_c, -1);
+          torch::Tensor h = hit.narrow(0, start, len).to(c.dtype());
+          out.scatter_add_(1, local_index.narrow(0, start, len).unsqueeze(1), (-c * h).unsqueeze(1));
+        } else {
+          out.sub_(p).mul_(kd_c);
+        }
+        continue;
+      }
       torch::Tensor tt = scaled_and_masked(t.narrow(0, start, len), temperature, valid, padded);
       if (threshold.numel() > 0)  // the same top-k teacher as in forward
         tt = tt.masked_fill(tt < threshold.narrow(0, start, len).unsqueeze(-1),
@@ -159,8 +193,7 @@ struct LogitDistillation : torch::autograd::Function<LogitDistillation> {
         g = q - log_p.exp_();
       }
       if (padded) g = torch::where(valid, g, zero);
-      torch::Tensor out = grad.narrow(0, start, len);
-      torch::mul_out(out, g, kd_coefficient.narrow(0, start, len).unsqueeze(-1));
+      torch::mul_out(out, g, kd_c);
       if (with_ce) {
         torch::Tensor softmax =
             temperature == 1.0

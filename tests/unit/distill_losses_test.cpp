@@ -121,6 +121,45 @@ TEST(LogitLosses, TopKTeacherMatchesReference) {
   }
 }
 
+TEST(LogitLosses, UnpaddedVocabularyMatchesReference) {
+  // No padding: the dense code path (log-sum-exps added after the sums, q and p in place).
+  torch::manual_seed(10);
+  for (LogitLoss kind : {LogitLoss::ForwardKL, LogitLoss::SoftCrossEntropy}) {
+    for (double temperature : {1.0, 2.0}) {
+      for (bool with_ce : {false, true}) {
+        torch::Tensor s = (torch::randn({5, kPadded}, torch::kDouble) * 2).requires_grad_(true);
+        torch::Tensor t = torch::randn({5, kPadded}, torch::kDouble) * 2;
+        torch::Tensor targets = torch::randint(kPadded, {5}, torch::kLong);
+        targets[2] = -100;
+        torch::Tensor w = targets.ne(-100).to(torch::kDouble);
+        LogitLossOptions o;
+        o.kind = kind;
+        o.temperature = temperature;
+        o.chunk_tokens = 2;
+        auto [kd, ce] = logit_distillation_and_lm_sums(s, t, w, with_ce ? targets : torch::Tensor(),
+                                                       kPadded, o, {});
+        (kd + 0.5 * ce).backward();
+        torch::Tensor x = s.detach().clone().requires_grad_(true);
+        torch::Tensor log_q = torch::log_softmax(x / temperature, -1);
+        torch::Tensor log_p = torch::log_softmax(t / temperature, -1);
+        torch::Tensor per_token = kind == LogitLoss::ForwardKL
+                                      ? (log_p.exp() * (log_p - log_q)).sum(-1)
+                                      : -(log_p.exp() * log_q).sum(-1);
+        torch::Tensor ref = (per_token * w).sum() * temperature * temperature;
+        if (with_ce)
+          ref = ref + 0.5 * F::cross_entropy(x, targets,
+                                             F::CrossEntropyFuncOptions()
+                                                 .reduction(torch::kSum)
+                                                 .ignore_index(-100));
+        ref.backward();
+        EXPECT_NEAR((kd + 0.5 * ce).item<double>(), ref.item<double>(), 1e-10);
+        EXPECT_TRUE(torch::allclose(s.grad(), x.grad(), 1e-9, 1e-12))
+            << int(kind) << " T" << temperature << " ce " << with_ce;
+      }
+    }
+  }
+}
+
 TEST(LogitLosses, ZeroWhenStudentEqualsTeacher) {
   torch::Tensor s = torch::randn({4, kPadded}, torch::kDouble).requires_grad_(true);
   torch::Tensor w = torch::ones({4}, torch::kDouble);
