@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
       distill::DistillConfig dc;
       dc.logit_weight = logit_weight;
       dc.activation_weight = activation_weight;
-      dc.logits.chunk_tokens = 128;
+      dc.logits.chunk_tokens = 32;
       if (activation_weight > 0)
         dc.pairs = distill::make_activation_pairs(pairs, {}, sc.layers, tc.layers);
       distiller = std::make_unique<distill::Distiller>(dc, *teacher, sc, store,

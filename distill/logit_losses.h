@@ -23,7 +23,7 @@ struct LogitLossOptions {
   LogitLoss kind = LogitLoss::ForwardKL;
   double temperature = 1.0;
   bool scale_by_t2 = true;
-  int64_t chunk_tokens = 1024;  // tokens processed at once
+  int64_t chunk_tokens = 32;  // tokens processed at once (small chunks stay in cache)
   // > 0: the teacher distribution keeps only its k largest logits per token (renormalised;
   // the k-th value is found across TP ranks). Not defined for reverse_kl.
   int64_t teacher_top_k = 0;

@@ -58,7 +58,7 @@ struct DistillSettings {
   std::string logit_loss = "forward_kl", activation_loss = "mse";
   double temperature = 1;
   bool scale_t2 = true;
-  int64_t chunk_tokens = 1024, teacher_top_k = 0;
+  int64_t chunk_tokens = 32, teacher_top_k = 0;
   std::vector<std::string> activation_pairs, activation_points;
 };
 
