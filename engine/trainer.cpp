@@ -146,8 +146,7 @@ torch::Tensor Trainer::micro_batch_loss(const TokenBatch& b, double target_count
   layers::CaptureSink* sink_or_null = wanted.empty() ? nullptr : &sink;
   torch::Tensor loss;
   if (!distiller_) {
-    loss = model_->loss_sum(tokens, targets, sink_or_null) / target_count;
-    step_terms_.lm += loss.item<double>();
+    loss = model_->loss_sum(tokens, targets, sink_or_null) / target_count;  // lm = total
   } else {
     layers::CaptureSink teacher_sink(distiller_->teacher_captures());
     torch::Tensor teacher_logits = distiller_->needs_teacher()

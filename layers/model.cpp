@@ -47,11 +47,6 @@ torch::Tensor LlamaModel::loss_sum(const torch::Tensor& tokens, const torch::Ten
       .sum();
 }
 
-torch::Tensor cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor& targets,
-                                int64_t vocab_size) {
-  return vocab_parallel_cross_entropy(logits, targets, vocab_size, TensorParallel{}).sum();
-}
-
 int64_t count_targets(const torch::Tensor& targets) {
   return targets.ne(kIgnoreIndex).sum().item<int64_t>();
 }

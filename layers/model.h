@@ -42,10 +42,6 @@ class LlamaModel {
   std::vector<Block> blocks_;
 };
 
-// Sum of cross-entropy over targets != kIgnoreIndex; logits [..., vocab] (vocab may be
-// padded beyond vocab_size; those entries never count), targets [...]; one rank.
-torch::Tensor cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor& targets,
-                                int64_t vocab_size);
 // Number of targets that count in the loss.
 int64_t count_targets(const torch::Tensor& targets);
 
