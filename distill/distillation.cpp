@@ -4,8 +4,8 @@
 #include <cmath>
 
 #include "common/user_error.h"
-#include "layers/vocab_parallel.h"
 #include "layers/capture.h"
+#include "layers/vocab_parallel.h"
 #include "parallel/primitives.h"
 
 namespace retort::distill {
@@ -52,14 +52,20 @@ std::vector<ActivationPair> make_activation_pairs(const std::vector<std::string>
 }
 
 Distiller::Distiller(DistillConfig config, Teacher& teacher, const layers::ModelConfig& student,
-                     layers::ParameterStore& student_store, const layers::TensorParallel& tp)
+                     layers::ParameterStore& student_store, const layers::TensorParallel& tp,
+                     layers::ModelStage student_stage)
     : config_(std::move(config)), teacher_(teacher), tp_(tp) {
+  const int64_t end = student_stage.end_layer < 0 ? student.layers : student_stage.end_layer;
+  for (const ActivationPair& pair : config_.pairs) {
+    const int64_t layer = layers::capture_layer(pair.student);
+    local_.push_back(layer >= student_stage.first_layer && layer < end);
+  }
   const int64_t hs = student.hidden, ht = teacher.config().hidden;
   if (student.vocab_size != teacher.config().vocab_size && config_.logit_weight > 0)
     throw UserError("distill: student vocab_size " + std::to_string(student.vocab_size) +
                     " differs from the teacher's " + std::to_string(teacher.config().vocab_size));
   for (size_t i = 0; i < config_.pairs.size(); ++i) {
-    if (hs == ht) {
+    if (hs == ht || !local(i)) {
       projections_.emplace_back();
       continue;
     }
@@ -75,14 +81,16 @@ Distiller::Distiller(DistillConfig config, Teacher& teacher, const layers::Model
 std::set<std::string> Distiller::student_captures() const {
   std::set<std::string> names;
   if (config_.activation_weight > 0)
-    for (const auto& p : config_.pairs) names.insert(p.student);
+    for (size_t i = 0; i < config_.pairs.size(); ++i)
+      if (local(i)) names.insert(config_.pairs[i].student);
   return names;
 }
 
 std::set<std::string> Distiller::teacher_captures() const {
   std::set<std::string> names;
   if (config_.activation_weight > 0)
-    for (const auto& p : config_.pairs) names.insert(p.teacher);
+    for (size_t i = 0; i < config_.pairs.size(); ++i)
+      if (local(i)) names.insert(config_.pairs[i].teacher);
   return names;
 }
 
@@ -90,12 +98,20 @@ torch::Tensor Distiller::loss(const torch::Tensor& student_logits,
                               const torch::Tensor& teacher_logits, const torch::Tensor& targets,
                               layers::CaptureSink& student_sink, layers::CaptureSink& teacher_sink,
                               double target_count, int64_t vocab_size, LossTerms* terms) const {
+  return output_loss(student_logits, teacher_logits, targets, target_count, vocab_size, terms) +
+         activation_loss(targets, student_sink, teacher_sink, target_count, terms);
+}
+
+torch::Tensor Distiller::output_loss(const torch::Tensor& student_logits,
+                                     const torch::Tensor& teacher_logits,
+                                     const torch::Tensor& targets, double target_count,
+                                     int64_t vocab_size, LossTerms* terms) const {
   torch::Tensor weight = targets.ne(kIgnore);
   torch::Tensor total = torch::zeros({}, student_logits.options());
   if (config_.logit_weight > 0) {  // with the LM loss fused in when both are on
     auto [kd_sum, ce_sum] = logit_distillation_and_lm_sums(
-        student_logits, teacher_logits, weight,
-        config_.lm_weight > 0 ? targets : torch::Tensor(), vocab_size, config_.logits, tp_);
+        student_logits, teacher_logits, weight, config_.lm_weight > 0 ? targets : torch::Tensor(),
+        vocab_size, config_.logits, tp_);
     torch::Tensor kd = kd_sum / target_count;
     terms->logits += kd.item<double>();
     total = total + config_.logit_weight * kd;
@@ -111,28 +127,36 @@ torch::Tensor Distiller::loss(const torch::Tensor& student_logits,
     terms->lm += lm.item<double>();
     total = total + config_.lm_weight * lm;
   }
-  if (config_.activation_weight > 0) {
-    // Under STP capture points hold this rank's part of the sequence.
-    torch::Tensor local_weight =
-        tp_.sequence_parallel && tp_.size() > 1
-            ? parallel::split_along(weight, parallel::kSequenceDim, *tp_.group)
-            : weight;
-    torch::Tensor sum = torch::zeros({}, student_logits.options());
-    for (size_t i = 0; i < config_.pairs.size(); ++i) {
-      const ActivationPair& pair = config_.pairs[i];
-      torch::Tensor s = student_sink.at(pair.student);
-      if (projections_[i].defined()) s = torch::matmul(s, projections_[i].t());
-      torch::Tensor t = teacher_sink.take(pair.teacher);  // freed once this loss is built
-      torch::Tensor pair_loss =
-          activation_distillation_sum(s, t, local_weight, config_.activation_kind, tp_) /
-          target_count;
-      terms->per_pair[pair.student] += pair_loss.item<double>();
-      sum = sum + pair_loss;
-    }
-    terms->activations += sum.item<double>();
-    total = total + config_.activation_weight * sum;
-  }
   return total;
+}
+
+torch::Tensor Distiller::activation_loss(const torch::Tensor& targets,
+                                         layers::CaptureSink& student_sink,
+                                         layers::CaptureSink& teacher_sink, double target_count,
+                                         LossTerms* terms) const {
+  torch::Tensor sum;
+  if (config_.activation_weight <= 0) return torch::zeros({});
+  // Under STP capture points hold this rank's part of the sequence.
+  torch::Tensor weight = targets.ne(kIgnore);
+  torch::Tensor local_weight =
+      tp_.sequence_parallel && tp_.size() > 1
+          ? parallel::split_along(weight, parallel::kSequenceDim, *tp_.group)
+          : weight;
+  for (size_t i = 0; i < config_.pairs.size(); ++i) {
+    if (!local(i)) continue;
+    const ActivationPair& pair = config_.pairs[i];
+    torch::Tensor s = student_sink.at(pair.student);
+    if (projections_[i].defined()) s = torch::matmul(s, projections_[i].t());
+    torch::Tensor t = teacher_sink.take(pair.teacher);  // freed once this loss is built
+    torch::Tensor pair_loss =
+        activation_distillation_sum(s, t, local_weight, config_.activation_kind, tp_) /
+        target_count;
+    terms->per_pair[pair.student] += pair_loss.item<double>();
+    sum = sum.defined() ? sum + pair_loss : pair_loss;
+  }
+  if (!sum.defined()) return torch::zeros({});
+  terms->activations += sum.item<double>();
+  return config_.activation_weight * sum;
 }
 
 }  // namespace retort::distill

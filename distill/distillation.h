@@ -4,14 +4,17 @@
 // number of target tokens. A teacher activation is released as soon as its loss is built.
 // When teacher and student hidden sizes differ, each pair gets a learned projection
 // (student -> teacher width), a parameter of the student replicated over TP.
+//
+// Under pipeline parallelism a Distiller serves one stage: it builds the activation losses
+// (and projections) of the pairs whose student layer runs there, and the LM and logit
+// losses on the last stage, each stage adding its part to the one loss it back-propagates.
 #pragma once
 #include <torch/torch.h>
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
-
-#include <set>
 
 #include "distill/activation_losses.h"
 #include "distill/logit_losses.h"
@@ -44,24 +47,41 @@ struct LossTerms {
 
 class Distiller {
  public:
+  // student_stage: the student layers of this pipeline stage (default: all).
   Distiller(DistillConfig config, Teacher& teacher, const layers::ModelConfig& student,
-            layers::ParameterStore& student_store, const layers::TensorParallel& tp);
+            layers::ParameterStore& student_store, const layers::TensorParallel& tp,
+            layers::ModelStage student_stage = {});
+  // Capture points of the pairs on this stage.
   std::set<std::string> student_captures() const;
   std::set<std::string> teacher_captures() const;
+  const std::vector<ActivationPair>& pairs() const { return config_.pairs; }
+  bool uses_activations() const { return config_.activation_weight > 0; }
   bool needs_teacher() const { return config_.logit_weight > 0 || config_.activation_weight > 0; }
+  bool needs_teacher_logits() const { return config_.logit_weight > 0; }
   Teacher& teacher() { return teacher_; }
 
-  // The weighted total divided by target_count; terms receives the parts.
+  // The weighted total divided by target_count; terms receives the parts (whole model).
   torch::Tensor loss(const torch::Tensor& student_logits, const torch::Tensor& teacher_logits,
                      const torch::Tensor& targets, layers::CaptureSink& student_sink,
                      layers::CaptureSink& teacher_sink, double target_count, int64_t vocab_size,
                      LossTerms* terms) const;
+  // The weighted LM and logit losses (the last stage's part).
+  torch::Tensor output_loss(const torch::Tensor& student_logits,
+                            const torch::Tensor& teacher_logits, const torch::Tensor& targets,
+                            double target_count, int64_t vocab_size, LossTerms* terms) const;
+  // The weighted activation losses of this stage's pairs (zero without any).
+  torch::Tensor activation_loss(const torch::Tensor& targets, layers::CaptureSink& student_sink,
+                                layers::CaptureSink& teacher_sink, double target_count,
+                                LossTerms* terms) const;
 
  private:
+  bool local(size_t pair) const { return local_[pair]; }
+
   DistillConfig config_;
   Teacher& teacher_;
   layers::TensorParallel tp_;
   std::vector<torch::Tensor> projections_;  // per pair; undefined when widths agree
+  std::vector<bool> local_;                 // per pair: its student layer runs here
 };
 
 }  // namespace retort::distill

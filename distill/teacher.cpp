@@ -4,15 +4,31 @@
 namespace retort::distill {
 
 Teacher::Teacher(const layers::ModelConfig& config, uint64_t seed, torch::ScalarType dtype,
-                 const layers::TensorParallel& tp)
+                 const layers::TensorParallel& tp, layers::ModelStage stage)
     : store_(std::make_unique<layers::ParameterStore>(seed, dtype, tp.position())) {
   store_->set_lr_scale_rule([](const std::string&) { return 0.0; });  // frozen: no gradients
-  model_ = std::make_unique<layers::LlamaModel>(config, *store_, tp);
+  model_ = std::make_unique<layers::LlamaModel>(config, *store_, tp, stage);
 }
 
 torch::Tensor Teacher::forward(const torch::Tensor& tokens, layers::CaptureSink* sink) const {
   torch::NoGradGuard no_grad;
   return model_->forward(tokens, sink);
+}
+
+torch::Tensor Teacher::embed(const torch::Tensor& tokens) const {
+  torch::NoGradGuard no_grad;
+  return model_->embed(tokens);
+}
+
+torch::Tensor Teacher::run_blocks(const torch::Tensor& hidden, int64_t seq_len,
+                                  layers::CaptureSink* sink) const {
+  torch::NoGradGuard no_grad;
+  return model_->run_blocks(hidden, seq_len, sink);
+}
+
+torch::Tensor Teacher::head_logits(const torch::Tensor& hidden) const {
+  torch::NoGradGuard no_grad;
+  return model_->head_logits(hidden);
 }
 
 int64_t Teacher::weight_bytes() const {

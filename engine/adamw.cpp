@@ -46,10 +46,10 @@ int64_t AdamW::state_bytes() const {
 }
 
 double global_grad_norm(const layers::ParameterStore& store, const layers::TensorParallel& tp,
-                        parallel::Communicator* sharded_over) {
+                        parallel::Communicator* sharded_over, parallel::Communicator* pipeline) {
   double sharded = 0, replicated = 0;
   for (const auto& p : store.all()) {
-    if (p.spec.frozen() || !p.value.grad().defined()) continue;
+    if (p.spec.frozen() || p.spec.tied_copy || !p.value.grad().defined()) continue;
     const double norm = p.value.grad().norm().item<double>();  // no full-size copy
     (p.spec.shard_dim >= 0 && tp.size() > 1 ? sharded : replicated) += norm * norm;
   }
@@ -59,17 +59,19 @@ double global_grad_norm(const layers::ParameterStore& store, const layers::Tenso
     sharded = s.item<double>();
   }
   double total = sharded + replicated;
-  if (sharded_over && sharded_over->size() > 1) {
+  for (parallel::Communicator* group : {sharded_over, pipeline}) {
+    if (!group || group->size() == 1) continue;
     torch::Tensor t = torch::tensor({total}, torch::kDouble);
-    sharded_over->all_reduce(t);
+    group->all_reduce(t);
     total = t.item<double>();
   }
   return std::sqrt(total);
 }
 
 double clip_grad_norm(layers::ParameterStore& store, double max_norm,
-                      const layers::TensorParallel& tp, parallel::Communicator* sharded_over) {
-  const double norm = global_grad_norm(store, tp, sharded_over);
+                      const layers::TensorParallel& tp, parallel::Communicator* sharded_over,
+                      parallel::Communicator* pipeline) {
+  const double norm = global_grad_norm(store, tp, sharded_over, pipeline);
   if (max_norm > 0 && norm > max_norm) {
     const double scale = max_norm / (norm + 1e-6);
     torch::NoGradGuard no_grad;

@@ -50,10 +50,13 @@ class AdamW {
 // Under ZeRO-1 (sharded_over non-null) each rank holds the gradients of its own parameters
 // only, and the sums are added over that group.
 double global_grad_norm(const layers::ParameterStore& store, const layers::TensorParallel& tp = {},
-                        parallel::Communicator* sharded_over = nullptr);
+                        parallel::Communicator* sharded_over = nullptr,
+                        parallel::Communicator* pipeline = nullptr);
 // Scales all gradients so their global norm is at most max_norm; returns the norm before.
+// `pipeline`: the other stages' parameters count too (tied copies once, on their owner).
 double clip_grad_norm(layers::ParameterStore& store, double max_norm,
                       const layers::TensorParallel& tp = {},
-                      parallel::Communicator* sharded_over = nullptr);
+                      parallel::Communicator* sharded_over = nullptr,
+                      parallel::Communicator* pipeline = nullptr);
 
 }  // namespace retort::engine

@@ -7,12 +7,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "common/user_error.h"
 #include "engine/h5_tensors.h"
-#include <nlohmann/json.hpp>
 #include "engine/sharding.h"
+#include "engine/stage_agreement.h"
+#include "parallel/stage_collect.h"
 
 namespace retort::engine {
 namespace fs = std::filesystem;
@@ -29,12 +31,18 @@ int64_t read_scalar(hid_t file, const std::string& file_name, const std::string&
 }  // namespace
 
 std::string model_config_json(const layers::ModelConfig& c) {
-  nlohmann::json j = {{"vocab_size", c.vocab_size},   {"hidden", c.hidden},
-                      {"layers", c.layers},           {"heads", c.heads},
-                      {"kv_heads", c.kv_heads},       {"ffn_hidden", c.ffn_hidden},
-                      {"rope_theta", c.rope_theta},   {"norm_eps", c.norm_eps},
-                      {"sliding_window", c.sliding_window}, {"layer_windows", c.layer_windows},
-                      {"qkv_bias", c.qkv_bias},       {"tied_embeddings", c.tied_embeddings}};
+  nlohmann::json j = {{"vocab_size", c.vocab_size},
+                      {"hidden", c.hidden},
+                      {"layers", c.layers},
+                      {"heads", c.heads},
+                      {"kv_heads", c.kv_heads},
+                      {"ffn_hidden", c.ffn_hidden},
+                      {"rope_theta", c.rope_theta},
+                      {"norm_eps", c.norm_eps},
+                      {"sliding_window", c.sliding_window},
+                      {"layer_windows", c.layer_windows},
+                      {"qkv_bias", c.qkv_bias},
+                      {"tied_embeddings", c.tied_embeddings}};
   return j.dump();
 }
 
@@ -94,13 +102,14 @@ std::string resolve_checkpoint(const std::string& target) {
                   "' is neither a checkpoint file nor a run directory with checkpoints/latest");
 }
 
-void save_checkpoint(const std::string& path, const layers::ParameterStore& store,
-                     AdamW* optimizer, const TrainingProgress& progress,
-                     const layers::TensorParallel& tp, bool writer, ZeroPartition* zero) {
+void save_checkpoint(const std::string& path, const layers::ParameterStore& store, AdamW* optimizer,
+                     const TrainingProgress& progress, const layers::TensorParallel& tp,
+                     bool writer, ZeroPartition* zero, parallel::Communicator* pipeline) {
   // Every TP rank takes part in the gathers; only the writer touches the file system.
-  std::vector<std::pair<std::string, torch::Tensor>> datasets;
+  parallel::NamedTensors datasets;
   for (size_t i = 0; i < store.all().size(); ++i) {
     const layers::Parameter& p = store.all()[i];
+    if (p.spec.tied_copy) continue;  // the first stage writes the original
     datasets.emplace_back("/params/" + p.spec.name, to_global(p.value, p.spec, tp));
     if (!optimizer || p.spec.frozen()) continue;
     torch::Tensor m = optimizer->states()[i].exp_avg, v = optimizer->states()[i].exp_avg_sq;
@@ -112,13 +121,13 @@ void save_checkpoint(const std::string& path, const layers::ParameterStore& stor
     datasets.emplace_back("/optimizer/exp_avg/" + p.spec.name, to_global(m, p.spec, tp));
     datasets.emplace_back("/optimizer/exp_avg_sq/" + p.spec.name, to_global(v, p.spec, tp));
   }
+  if (pipeline) datasets = parallel::collect_on_first_stage(*pipeline, std::move(datasets));
   if (!writer) return;
   fs::create_directories(fs::path(path).parent_path());
   const std::string temporary = path + ".partial";
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   {
-    H5Handle file{H5Fcreate(temporary.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
-                  H5Fclose};
+    H5Handle file{H5Fcreate(temporary.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose};
     if (file.id < 0) throw UserError("cannot create checkpoint file '" + temporary + "'");
     for (const auto& [name, tensor] : datasets) h5_write_tensor(file.id, name, tensor);
     write_scalar(file.id, "step", progress.step);
@@ -143,7 +152,8 @@ void save_checkpoint(const std::string& path, const layers::ParameterStore& stor
 }
 
 TrainingProgress load_checkpoint(const std::string& path, layers::ParameterStore& store,
-                                 AdamW* optimizer, const layers::TensorParallel& tp) {
+                                 AdamW* optimizer, const layers::TensorParallel& tp,
+                                 parallel::Communicator* pipeline) {
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   if (!fs::is_regular_file(path)) throw UserError("checkpoint file '" + path + "' not found");
   H5Handle file{H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose};
@@ -151,31 +161,41 @@ TrainingProgress load_checkpoint(const std::string& path, layers::ParameterStore
   torch::NoGradGuard no_grad;
   // Strict both ways: a model parameter the file lacks fails below; a file parameter the
   // model lacks fails here (distillation projections aside: they belong to a run, not a model).
-  for (const std::string& name : h5_children(file.id, "/params"))
-    if (!store.find(name) && name.rfind("distill.", 0) != 0)
-      throw UserError("checkpoint '" + path + "' has parameter '" + name +
+  // Under pipeline parallelism a name is known when some stage has it.
+  const std::vector<std::string> names = h5_children(file.id, "/params");
+  torch::Tensor known = torch::zeros({int64_t(names.size()) + 1}, torch::kLong);
+  for (size_t i = 0; i < names.size(); ++i)
+    known[i] = int64_t(store.find(names[i]) || names[i].rfind("distill.", 0) == 0);
+  if (pipeline && pipeline->size() > 1) pipeline->all_reduce(known);
+  for (size_t i = 0; i < names.size(); ++i)
+    if (known[i].item<int64_t>() == 0)
+      throw UserError("checkpoint '" + path + "' has parameter '" + names[i] +
                       "' that this model does not have");
-  for (size_t i = 0; i < store.all().size(); ++i) {
-    layers::Parameter& p = store.all()[i];
-    const auto dtype = p.value.scalar_type();
-    auto load = [&](const std::string& group, torch::Tensor& into) {
-      torch::Tensor global = h5_read_tensor(file.id, path, group + p.spec.name, p.spec.shape, dtype);
-      into.copy_(from_global(global, p.spec, tp, into));
-    };
-    load("/params/", p.value);
-    if (optimizer && optimizer->states()[i].exp_avg.defined()) {
-      load("/optimizer/exp_avg/", optimizer->states()[i].exp_avg);
-      load("/optimizer/exp_avg_sq/", optimizer->states()[i].exp_avg_sq);
+  // A stage missing one of its parameters in the file stops every stage alike.
+  run_agreed_over(pipeline, [&] {
+    for (size_t i = 0; i < store.all().size(); ++i) {
+      layers::Parameter& p = store.all()[i];
+      const auto dtype = p.value.scalar_type();
+      auto load = [&](const std::string& group, torch::Tensor& into) {
+        torch::Tensor global =
+            h5_read_tensor(file.id, path, group + p.spec.name, p.spec.shape, dtype);
+        into.copy_(from_global(global, p.spec, tp, into));
+      };
+      load("/params/", p.value);
+      if (optimizer && optimizer->states()[i].exp_avg.defined()) {
+        load("/optimizer/exp_avg/", optimizer->states()[i].exp_avg);
+        load("/optimizer/exp_avg_sq/", optimizer->states()[i].exp_avg_sq);
+      }
     }
-  }
+  });
   TrainingProgress progress;
   progress.step = read_scalar(file.id, path, "step");
   progress.consumed_samples = read_scalar(file.id, path, "consumed_samples");
   progress.seed = static_cast<uint64_t>(read_scalar(file.id, path, "seed"));
   if (optimizer) optimizer->set_steps(read_scalar(file.id, path, "optimizer_steps"));
-  torch::Tensor rng = h5_read_tensor(file.id, path, "/rng/torch_cpu",
-                                  at::detail::getDefaultCPUGenerator().get_state().sizes().vec(),
-                                  torch::kUInt8);
+  torch::Tensor rng =
+      h5_read_tensor(file.id, path, "/rng/torch_cpu",
+                     at::detail::getDefaultCPUGenerator().get_state().sizes().vec(), torch::kUInt8);
   at::Generator generator = at::detail::getDefaultCPUGenerator();
   generator.set_state(rng);
   return progress;

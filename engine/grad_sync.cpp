@@ -11,6 +11,15 @@ torch::Tensor grad_or_zeros(layers::Parameter& p) {
 
 }  // namespace
 
+void sum_tied_grads(layers::ParameterStore& store, const std::string& name,
+                    parallel::Communicator& embedding) {
+  layers::Parameter* p = store.find(name);
+  TORCH_CHECK(p, "sum_tied_grads: no parameter ", name, " on this stage");
+  if (p->spec.frozen()) return;
+  torch::Tensor grad = grad_or_zeros(*p);
+  embedding.all_reduce(grad);
+}
+
 void sum_partial_tp_grads(layers::ParameterStore& store, const layers::TensorParallel& tp) {
   if (tp.size() == 1) return;
   std::vector<layers::Parameter*> params;
@@ -53,8 +62,8 @@ DataParallelGradSync::DataParallelGradSync(layers::ParameterStore& store,
       bucket_of_[k] = int(b);
       numel += store.all()[k].value.numel();
     }
-    buckets_[b].buffer = torch::empty({numel}, store.all()[buckets_[b].params[0]].value.options()
-                                                   .requires_grad(false));
+    buckets_[b].buffer = torch::empty(
+        {numel}, store.all()[buckets_[b].params[0]].value.options().requires_grad(false));
   }
   hooks_ = std::make_unique<GradReadyHooks>(store, [this](size_t k) { on_grad_ready(k); });
 }

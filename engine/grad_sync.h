@@ -4,6 +4,8 @@
 //  - DP: gradients are summed over data-parallel ranks in buckets; a bucket's non-blocking
 //    all-reduce is launched from the grad-ready hook of its last parameter during the final
 //    micro-batch's backward, so communication overlaps the rest of backward.
+//  - PP with tied embeddings: the first stage's embedding and the last stage's copy (the LM
+//    head) sum their gradients over the embedding group, so both step identically.
 // Losses are already divided by the global token count, so sums are exact averages.
 #pragma once
 #include <memory>
@@ -17,6 +19,11 @@
 namespace retort::engine {
 
 void sum_partial_tp_grads(layers::ParameterStore& store, const layers::TensorParallel& tp);
+
+// Sums the gradient of `name` over `embedding` (first and last pipeline stage). Every member
+// must hold the parameter; a frozen one is skipped on all of them alike.
+void sum_tied_grads(layers::ParameterStore& store, const std::string& name,
+                    parallel::Communicator& embedding);
 
 class DataParallelGradSync {
  public:

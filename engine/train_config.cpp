@@ -3,6 +3,8 @@
 
 #include <fnmatch.h>
 
+#include <algorithm>
+
 #include "common/user_error.h"
 
 namespace retort::engine {
@@ -12,7 +14,9 @@ void require(bool ok, const std::string& message) {
   if (!ok) throw UserError("invalid config: " + message);
 }
 
-std::string str(int64_t v) { return std::to_string(v); }
+std::string str(int64_t v) {
+  return std::to_string(v);
+}
 
 }  // namespace
 
@@ -47,13 +51,12 @@ TrainConfig make_train_config(const Config& c, int world_size) {
   m.layer_windows = c.get_int_list("model.layer_windows");
   m.qkv_bias = c.get_bool("model.qkv_bias");
   m.tied_embeddings = c.get_bool("model.tied_embeddings");
-  require(m.hidden % m.heads == 0, "model.hidden=" + str(m.hidden) +
-                                       " is not divisible by model.heads=" + str(m.heads));
+  require(m.hidden % m.heads == 0,
+          "model.hidden=" + str(m.hidden) + " is not divisible by model.heads=" + str(m.heads));
   require(m.head_dim() % 2 == 0,
           "head dim model.hidden/model.heads=" + str(m.head_dim()) + " must be even for RoPE");
-  require(m.heads % m.kv_heads == 0, "model.heads=" + str(m.heads) +
-                                         " is not divisible by model.kv_heads=" +
-                                         str(m.kv_heads));
+  require(m.heads % m.kv_heads == 0,
+          "model.heads=" + str(m.heads) + " is not divisible by model.kv_heads=" + str(m.kv_heads));
   require(m.layer_windows.empty() || int64_t(m.layer_windows.size()) == m.layers,
           "model.layer_windows has " + str(m.layer_windows.size()) +
               " entries but model.layers=" + str(m.layers));
@@ -109,13 +112,13 @@ TrainConfig make_train_config(const Config& c, int world_size) {
   ds.enabled = ds.logit_weight > 0 || ds.activation_weight > 0;
   require(ds.lm_weight > 0 || ds.enabled,
           "distill.lm_weight, distill.logit_weight and distill.activation_weight are all 0");
-  require(ds.activation_weight == 0 || !ds.activation_pairs.empty() ||
-              !ds.activation_points.empty(),
-          "distill.activation_weight > 0 needs distill.activation_pairs or activation_points");
+  require(
+      ds.activation_weight == 0 || !ds.activation_pairs.empty() || !ds.activation_points.empty(),
+      "distill.activation_weight > 0 needs distill.activation_pairs or activation_points");
   const layers::ModelConfig& tm = ds.teacher;
   require(tm.hidden % tm.heads == 0 && tm.heads % tm.kv_heads == 0 && tm.head_dim() % 2 == 0,
-          "teacher: hidden=" + str(tm.hidden) + ", heads=" + str(tm.heads) + ", kv_heads=" +
-              str(tm.kv_heads) + " do not make whole, even heads in whole groups");
+          "teacher: hidden=" + str(tm.hidden) + ", heads=" + str(tm.heads) +
+              ", kv_heads=" + str(tm.kv_heads) + " do not make whole, even heads in whole groups");
 
   DataConfig& d = t.data;
   d.paths = c.get_string_list("data.paths");
@@ -162,11 +165,15 @@ TrainConfig make_train_config(const Config& c, int world_size) {
   t.layout.pipeline = static_cast<int>(c.get_int("parallel.pipeline"));
   t.layout.data = static_cast<int>(c.get_int("parallel.data"));
   t.layout.sequence_parallel = c.get_bool("parallel.sequence_parallel");
-  t.layout = parallel::resolve_layout(
-      t.layout, world_size, {m.heads, m.kv_heads, m.ffn_hidden, m.layers, d.seq_len});
-  if (ds.enabled)  // the teacher runs in the student's layout
+  t.layout = parallel::resolve_layout(t.layout, world_size,
+                                      {m.heads, m.kv_heads, m.ffn_hidden, m.layers, d.seq_len});
+  // The teacher runs in the student's layout; its pipeline stages may hold no layer.
+  if (ds.enabled)
     parallel::resolve_layout(t.layout, world_size,
-                             {tm.heads, tm.kv_heads, tm.ffn_hidden, tm.layers, d.seq_len});
+                             {tm.heads, tm.kv_heads, tm.ffn_hidden,
+                              std::max<int64_t>(tm.layers, t.layout.pipeline), d.seq_len});
+  t.stages = parallel::split_layers(m.layers, t.layout.pipeline,
+                                    c.get_int_list("parallel.pipeline_split"));
 
   const int64_t per_step = tr.micro_batch * t.layout.data;
   require(tr.global_batch % per_step == 0,

@@ -8,6 +8,7 @@
 #include "engine/config.h"
 #include "layers/model_config.h"
 #include "parallel/layout.h"
+#include "parallel/pipeline_partition.h"
 
 namespace retort::engine {
 
@@ -74,6 +75,7 @@ struct TrainConfig {
   OptimizerConfig optimizer;
   CheckpointConfig checkpoint;
   parallel::Layout layout;
+  std::vector<parallel::LayerRange> stages;  // the student's layers per pipeline stage
   double dp_bucket_mb = 4;
   std::string device = "cpu";
   int threads = 0;

@@ -17,7 +17,9 @@ namespace retort::engine {
 namespace fs = std::filesystem;
 
 Trainer::Trainer(const TrainConfig& config, std::ostream* log, parallel::Mesh* mesh)
-    : config_(config), log_(log), mesh_(mesh),
+    : config_(config),
+      log_(log),
+      mesh_(mesh),
       dtype_(config.dtype == "float64" ? torch::kDouble : torch::kFloat) {
   if (config_.device == "cuda")
     throw UserError(torch::cuda::is_available()
@@ -26,21 +28,25 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log, parallel::Mesh* m
                         : "runtime.device=cuda: this libtorch has no CUDA support (CPU-only "
                           "build) or no GPU is visible; use runtime.device=cpu");
   const parallel::Layout& layout = config_.layout;
-  if (layout.pipeline != 1)
-    throw UserError("parallel.pipeline=" + std::to_string(layout.pipeline) +
-                    ": pipeline parallelism is not built yet (it arrives with the pipeline "
-                    "issue); use parallel.pipeline=1");
-  if (!mesh_ && layout.tensor * layout.data != 1)
+  if (!mesh_ && layout.tensor * layout.pipeline * layout.data != 1)
     throw UserError("layout " + parallel::describe(layout) + " needs MPI ranks");
+  int stage_index = 0;
   if (mesh_) {
     tp_.group = &mesh_->tp();
     tp_.sequence_parallel = layout.sequence_parallel && layout.tensor > 1;
     dp_rank_ = mesh_->dp().rank();
     dp_size_ = mesh_->dp().size();
+    stage_index = mesh_->coordinates().pp;
+    if (layout.pipeline > 1) pipeline_ = &mesh_->pp();
+  }
+  if (!config_.stages.empty()) {
+    const parallel::LayerRange& layers = config_.stages.at(stage_index);
+    stage_ = {layers.first, layers.end, stage_index == 0, stage_index == layout.pipeline - 1};
   }
   store_ = std::make_unique<layers::ParameterStore>(config_.seed, dtype_, tp_.position());
-  store_->set_lr_scale_rule([this](const std::string& name) { return config_.params.lr_scale(name); });
-  model_ = std::make_unique<layers::LlamaModel>(config_.model, *store_, tp_);
+  store_->set_lr_scale_rule(
+      [this](const std::string& name) { return config_.params.lr_scale(name); });
+  model_ = std::make_unique<layers::LlamaModel>(config_.model, *store_, tp_, stage_);
   initialise_student();
   build_distiller();
   if (dp_size_ > 1 && config_.optimizer.zero_stage == 1) {
@@ -58,15 +64,15 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log, parallel::Mesh* m
   schedule_.lr = config_.optimizer.lr;
   schedule_.min_lr = config_.optimizer.min_lr;
   schedule_.warmup_steps = config_.optimizer.warmup_steps;
-  schedule_.decay_steps = config_.optimizer.decay_steps > 0 ? config_.optimizer.decay_steps
-                                                            : config_.training.steps;
+  schedule_.decay_steps =
+      config_.optimizer.decay_steps > 0 ? config_.optimizer.decay_steps : config_.training.steps;
   schedule_.kind = config_.optimizer.schedule;
   progress_.seed = config_.seed;
   progress_.model_json = model_config_json(config_.model);
 
   if (!config_.checkpoint.load.empty()) {
     const std::string path = resolve_checkpoint(config_.checkpoint.load);
-    progress_ = load_checkpoint(path, *store_, optimizer_.get(), tp_);
+    progress_ = load_checkpoint(path, *store_, optimizer_.get(), tp_, pipeline_);
     progress_.model_json = model_config_json(config_.model);
     if (progress_.seed != config_.seed)
       throw UserError("checkpoint '" + path + "' was trained with seed " +
@@ -82,23 +88,30 @@ void Trainer::initialise_student() {
   const ParamPolicy& policy = config_.params;
   if (policy.init_from.empty()) return;
   const std::string path = resolve_checkpoint(policy.init_from);
-  load_checkpoint(path, *store_, nullptr, tp_);  // parameters only, strictly
+  load_checkpoint(path, *store_, nullptr, tp_, pipeline_);  // parameters only, strictly
   torch::NoGradGuard no_grad;
-  int reset = 0;
+  // Parameters reset per pattern; summed over pipeline stages, which hold different ones.
+  torch::Tensor matched = torch::zeros({int64_t(policy.init_reset.size()) + 1}, torch::kLong);
+  int64_t reset = 0;
   for (auto& p : store_->all()) {
     bool matches = false;
-    for (const std::string& pattern : policy.init_reset)
-      matches |= fnmatch(pattern.c_str(), p.spec.name.c_str(), 0) == 0;
+    for (size_t i = 0; i < policy.init_reset.size(); ++i)
+      if (fnmatch(policy.init_reset[i].c_str(), p.spec.name.c_str(), 0) == 0) {
+        matches = true;
+        matched[i] += 1;
+      }
     if (!matches) continue;
-    p.value.copy_(from_global(layers::initial_global_value(p.spec, config_.seed), p.spec, tp_,
-                              p.value));
-    ++reset;
+    p.value.copy_(
+        from_global(layers::initial_global_value(p.spec, config_.seed), p.spec, tp_, p.value));
+    reset += !p.spec.tied_copy;
   }
-  for (const std::string& pattern : policy.init_reset) {
-    bool any = false;
-    for (auto& p : store_->all()) any |= fnmatch(pattern.c_str(), p.spec.name.c_str(), 0) == 0;
-    if (!any) throw UserError("model.init.reset: pattern '" + pattern + "' matches no parameter");
-  }
+  matched[-1] = reset;
+  if (pipeline_) pipeline_->all_reduce(matched);
+  for (size_t i = 0; i < policy.init_reset.size(); ++i)
+    if (matched[i].item<int64_t>() == 0)
+      throw UserError("model.init.reset: pattern '" + policy.init_reset[i] +
+                      "' matches no parameter");
+  reset = matched[-1].item<int64_t>();
   log_line("initialised from " + path + " (" + std::to_string(reset) + " parameters reset)");
 }
 
@@ -112,13 +125,32 @@ void Trainer::build_distiller() {
     // Without explicit teacher sizes, the checkpoint's own model description decides.
     if (!d.teacher_shape_given)
       if (auto stored = read_checkpoint_model(teacher_path)) teacher_model = *stored;
-    parallel::resolve_layout(config_.layout, config_.layout.tensor * config_.layout.data,
-                             {teacher_model.heads, teacher_model.kv_heads,
-                              teacher_model.ffn_hidden, teacher_model.layers,
-                              config_.data.seq_len});
+    const parallel::Layout& l = config_.layout;
+    parallel::resolve_layout(
+        l, l.tensor * l.pipeline * l.data,
+        {teacher_model.heads, teacher_model.kv_heads, teacher_model.ffn_hidden,
+         std::max<int64_t>(teacher_model.layers, l.pipeline), config_.data.seq_len});
   }
-  teacher_ = std::make_unique<distill::Teacher>(teacher_model, d.teacher_seed, dtype_, tp_);
-  if (!teacher_path.empty()) load_checkpoint(teacher_path, teacher_->parameters(), nullptr, tp_);
+  std::vector<distill::ActivationPair> pairs = distill::make_activation_pairs(
+      d.activation_pairs, d.activation_points, config_.model.layers, teacher_model.layers);
+  // Under pipeline parallelism the teacher's layers are split so that each pair's teacher
+  // layer runs on the stage of its student layer (its hidden state travels with the student's).
+  layers::ModelStage teacher_stage;
+  if (pipeline_) {
+    std::vector<std::pair<int, int64_t>> pins;
+    if (d.activation_weight > 0)
+      for (const distill::ActivationPair& pair : pairs)
+        pins.emplace_back(
+            parallel::stage_of_layer(config_.stages, layers::capture_layer(pair.student)),
+            layers::capture_layer(pair.teacher));
+    const parallel::LayerRange teacher_layers = parallel::split_layers_pinned(
+        teacher_model.layers, config_.layout.pipeline, pins)[pipeline_->rank()];
+    teacher_stage = {teacher_layers.first, teacher_layers.end, stage_.embedding, stage_.head};
+  }
+  teacher_ =
+      std::make_unique<distill::Teacher>(teacher_model, d.teacher_seed, dtype_, tp_, teacher_stage);
+  if (!teacher_path.empty())
+    load_checkpoint(teacher_path, teacher_->parameters(), nullptr, tp_, pipeline_);
   distill::DistillConfig dc;
   dc.lm_weight = d.lm_weight;
   dc.logit_weight = d.logit_weight;
@@ -129,9 +161,9 @@ void Trainer::build_distiller() {
   dc.logits.chunk_tokens = d.chunk_tokens;
   dc.logits.teacher_top_k = d.teacher_top_k;
   dc.activation_kind = distill::parse_activation_loss(d.activation_loss);
-  dc.pairs = distill::make_activation_pairs(d.activation_pairs, d.activation_points,
-                                            config_.model.layers, teacher_model.layers);
-  distiller_ = std::make_unique<distill::Distiller>(dc, *teacher_, config_.model, *store_, tp_);
+  dc.pairs = std::move(pairs);
+  distiller_ =
+      std::make_unique<distill::Distiller>(dc, *teacher_, config_.model, *store_, tp_, stage_);
 }
 
 torch::Tensor Trainer::micro_batch_loss(const TokenBatch& b, double target_count,
@@ -149,9 +181,8 @@ torch::Tensor Trainer::micro_batch_loss(const TokenBatch& b, double target_count
     loss = model_->loss_sum(tokens, targets, sink_or_null) / target_count;  // lm = total
   } else {
     layers::CaptureSink teacher_sink(distiller_->teacher_captures());
-    torch::Tensor teacher_logits = distiller_->needs_teacher()
-                                       ? teacher_->forward(tokens, &teacher_sink)
-                                       : torch::Tensor();
+    torch::Tensor teacher_logits =
+        distiller_->needs_teacher() ? teacher_->forward(tokens, &teacher_sink) : torch::Tensor();
     torch::Tensor logits = model_->forward(tokens, sink_or_null);
     loss = distiller_->loss(logits, teacher_logits, targets, sink, teacher_sink, target_count,
                             config_.model.vocab_size, &step_terms_);
@@ -165,6 +196,20 @@ double Trainer::dp_sum(double value) {
   torch::Tensor t = torch::tensor({value}, torch::kDouble);
   mesh_->dp().all_reduce(t);
   return t.item<double>();
+}
+
+void Trainer::sum_over_pipeline(double& loss) {
+  std::vector<double> values = {loss, step_terms_.lm, step_terms_.logits, step_terms_.activations};
+  for (const auto& [name, value] : step_terms_.per_pair) values.push_back(value);
+  torch::Tensor t = torch::tensor(values, torch::kDouble);
+  pipeline_->all_reduce(t);
+  auto sums = t.accessor<double, 1>();
+  loss = sums[0];
+  step_terms_.lm = sums[1];
+  step_terms_.logits = sums[2];
+  step_terms_.activations = sums[3];
+  int64_t i = 4;
+  for (auto& [name, value] : step_terms_.per_pair) value = sums[i++];
 }
 
 void Trainer::log_line(const std::string& line) {
@@ -192,7 +237,11 @@ double Trainer::train_step() {
 
   double loss_value = 0;
   step_terms_ = distill::LossTerms();
-  for (size_t m = 0; m < micro.size(); ++m) {
+  if (distiller_ && distiller_->uses_activations())  // every stage reports every pair
+    for (const distill::ActivationPair& pair : distiller_->pairs())
+      step_terms_.per_pair[pair.student] = 0;
+  if (pipeline_) loss_value = pipeline_micro_batches(micro, target_count);
+  for (size_t m = 0; m < micro.size() && !pipeline_; ++m) {
     const bool inspect = inspector_ && m == 0 && !inspector_->captures.empty();
     if (dp_sync_ && m + 1 == micro.size()) dp_sync_->arm();
     torch::Tensor loss = micro_batch_loss(micro[m], target_count,
@@ -201,6 +250,7 @@ double Trainer::train_step() {
     loss.backward();
     loss_value += loss.item<double>();
   }
+  if (pipeline_) sum_over_pipeline(loss_value);
   if (distiller_) {  // the parts are logged per step; LM-only runs need no extra reduction
     step_terms_.lm = dp_sum(step_terms_.lm);
     step_terms_.logits = dp_sum(step_terms_.logits);
@@ -210,13 +260,16 @@ double Trainer::train_step() {
   // DP buckets first: finish() writes the bucket sums back over .grad(), so the TP partial
   // sums must come after it (both are sums, so the order is otherwise free).
   if (dp_sync_) dp_sync_->finish();
+  if (config_.model.tied_embeddings && mesh_ && mesh_->embedding())
+    sum_tied_grads(*store_, "embed.weight", *mesh_->embedding());
   sum_partial_tp_grads(*store_, tp_);
   loss_value = dp_sum(loss_value);
   if (!distiller_) step_terms_.lm = loss_value;
   if (zero_) zero_->reduce_scatter_gradients(*store_);
-  if (inspector_ && inspector_->on_gradients) inspector_->on_gradients(progress_.step + 1, loss_value);
+  if (inspector_ && inspector_->on_gradients)
+    inspector_->on_gradients(progress_.step + 1, loss_value);
   last_grad_norm_ = clip_grad_norm(*store_, config_.optimizer.grad_clip, tp_,
-                                   zero_ ? &zero_->group() : nullptr);
+                                   zero_ ? &zero_->group() : nullptr, pipeline_);
   last_lr_ = schedule_.at(progress_.step);
   optimizer_->begin_step();
   optimizer_->step_all(last_lr_);
@@ -235,19 +288,31 @@ double Trainer::evaluate() {
   double loss_sum = 0, count = 0;
   const int64_t samples = t.eval_batches * t.global_batch;
   // Micro-batches are dealt round-robin to DP ranks; sums and counts are then combined.
+  std::vector<TokenBatch> mine;
   int64_t index = 0;
   for (int64_t first = 0; first < samples; first += t.micro_batch, ++index) {
     if (index % dp_size_ != dp_rank_) continue;
-    TokenBatch b = read_batch(*streams_.valid, first, std::min(t.micro_batch, samples - first));
-    torch::Tensor targets = to_tensor(b.targets, b.batch);
-    loss_sum += model_->loss_sum(to_tensor(b.inputs, b.batch), targets).item<double>();
-    count += double(layers::count_targets(targets));
+    mine.push_back(read_batch(*streams_.valid, first, std::min(t.micro_batch, samples - first)));
+    count += double(layers::count_targets(to_tensor(mine.back().targets, mine.back().batch)));
+  }
+  if (pipeline_) {
+    loss_sum = pipeline_evaluate_loss_sum(mine);  // on the last stage, 0 elsewhere
+    torch::Tensor sum = torch::tensor({loss_sum}, torch::kDouble);
+    pipeline_->all_reduce(sum);
+    loss_sum = sum.item<double>();
+  } else {
+    for (const TokenBatch& b : mine)
+      loss_sum += model_->loss_sum(to_tensor(b.inputs, b.batch), to_tensor(b.targets, b.batch))
+                      .item<double>();
   }
   return dp_sum(loss_sum) / dp_sum(count);
 }
 
 void Trainer::save(const std::string& path) {
-  save_checkpoint(path, *store_, optimizer_.get(), progress_, tp_, is_root(), zero_.get());
+  // Under pipeline parallelism the stages send theirs to the writer over its pipeline group.
+  const bool writer_group = mesh_ && mesh_->coordinates().tp == 0 && dp_rank_ == 0;
+  save_checkpoint(path, *store_, optimizer_.get(), progress_, tp_, is_root(), zero_.get(),
+                  writer_group ? pipeline_ : nullptr);
   log_line("saved checkpoint " + path);
 }
 
@@ -300,9 +365,9 @@ std::vector<double> Trainer::run() {
       interval_start = clock::now();
       interval_steps = 0;
     }
-    const bool save_now = (config_.checkpoint.save_every > 0 &&
-                           step % config_.checkpoint.save_every == 0) ||
-                          (step == t.steps && config_.checkpoint.save_at_end);
+    const bool save_now =
+        (config_.checkpoint.save_every > 0 && step % config_.checkpoint.save_every == 0) ||
+        (step == t.steps && config_.checkpoint.save_at_end);
     if (save_now) save(checkpoint_path(config_.run_dir, step));
   }
   return losses;

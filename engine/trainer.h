@@ -1,9 +1,10 @@
-// engine/trainer.h: the training loop for one rank of a TP x DP layout: builds this rank's
-// shard of the model from the parameter specs, the AdamW optimizer and its slice of the
-// data; each step runs the micro-batches with the loss divided by the global number of
-// target tokens (all micro-batches, all DP ranks), makes gradients whole (TP partial sums,
-// DP buckets overlapped with backward), clips the global norm, steps the optimizer, logs,
-// evaluates and checkpoints.
+// engine/trainer.h: the training loop for one rank of a TP x PP x DP layout: builds this
+// rank's shard of the model (its pipeline stage's layers) from the parameter specs, the
+// AdamW optimizer and its slice of the data; each step runs the micro-batches (in 1F1B order
+// under pipeline parallelism, trainer_pipeline.cpp) with the loss divided by the global
+// number of target tokens (all micro-batches, all DP ranks), makes gradients whole (TP
+// partial sums, DP buckets overlapped with backward, tied embeddings across stages), clips
+// the global norm, steps the optimizer, logs, evaluates and checkpoints.
 #pragma once
 #include <torch/torch.h>
 
@@ -31,13 +32,20 @@ namespace retort::engine {
 // Optional observers of a step, for the consistency suite and tools.
 struct StepInspector {
   std::set<std::string> captures;  // capture points to record on the first micro-batch
-  // After the first micro-batch's forward: its recorded captures (this rank's shards).
+  // After the first micro-batch's forward: its recorded captures (this rank's shards; under
+  // pipeline parallelism those of this stage's layers, called inside the schedule).
   std::function<void(int64_t step, layers::CaptureSink&)> on_captures;
   // After gradients are whole across ranks, before clipping and the optimizer step (under
   // ZeRO-1 a rank then holds the gradients of the parameters it owns only).
   std::function<void(int64_t step, double loss)> on_gradients;
   // After the optimizer step, with the global gradient norm measured before clipping.
   std::function<void(int64_t step, double grad_norm)> on_step_end;
+};
+
+// Where a pipeline stage's time went in its last step's schedule: running its forwards and
+// backwards (busy) against the whole schedule (wall); the rest is bubble and communication.
+struct PipelineTiming {
+  double busy_s = 0, wall_s = 0;
 };
 
 class Trainer {
@@ -63,8 +71,15 @@ class Trainer {
   const layers::TensorParallel& tensor_parallel() const { return tp_; }
   void set_inspector(StepInspector* inspector) { inspector_ = inspector; }
   ZeroPartition* zero() { return zero_.get(); }
-  DataParallelGradSync* dp_sync() { return dp_sync_.get(); }  // null unless DP>1 without ZeRO  // null unless optimizer.zero_stage=1, DP>1
+  DataParallelGradSync* dp_sync() {
+    return dp_sync_.get();
+  }  // null unless DP>1 without ZeRO  // null unless optimizer.zero_stage=1, DP>1
   bool is_root() const { return !mesh_ || mesh_->world_rank() == 0; }
+  // This rank's pipeline stage: its layers, embedding and head.
+  const layers::ModelStage& stage() const { return stage_; }
+  // The pipeline group when there is more than one stage, else null.
+  parallel::Communicator* pipeline() const { return pipeline_; }
+  const PipelineTiming& pipeline_timing() const { return pipeline_timing_; }
 
  private:
   torch::Tensor to_tensor(const std::vector<int64_t>& values, int64_t batch) const;
@@ -75,11 +90,21 @@ class Trainer {
   void build_distiller();
   void log_line(const std::string& line);
   double dp_sum(double value);
+  // Sums the step's loss and its parts over the pipeline stages (each computed its own).
+  void sum_over_pipeline(double& loss);
+
+  // Pipeline parallelism (trainer_pipeline.cpp): one step's micro-batches through this
+  // stage in 1F1B order, returning this stage's part of the loss; and the summed validation
+  // loss of `micro` (on the last stage; 0 on the others).
+  double pipeline_micro_batches(const std::vector<TokenBatch>& micro, double target_count);
+  double pipeline_evaluate_loss_sum(const std::vector<TokenBatch>& micro);
 
   TrainConfig config_;
   std::ostream* log_;
   parallel::Mesh* mesh_;
   layers::TensorParallel tp_;
+  layers::ModelStage stage_;
+  parallel::Communicator* pipeline_ = nullptr;
   int dp_rank_ = 0, dp_size_ = 1;
   torch::ScalarType dtype_;
   std::unique_ptr<layers::ParameterStore> store_;
@@ -97,6 +122,7 @@ class Trainer {
   double flops_per_token_ = 0;
   double peak_gflops_ = 0;
   double last_grad_norm_ = 0, last_lr_ = 0;
+  PipelineTiming pipeline_timing_;
 };
 
 }  // namespace retort::engine

@@ -13,6 +13,8 @@ namespace retort::layers {
 inline constexpr const char* kCapturePoints[] = {"mixer_output", "mlp_output", "block_output"};
 
 std::string capture_name(int64_t layer, const std::string& point);
+// The layer of a capture name "layers.<i>.<point>" (-1 if it is not one).
+int64_t capture_layer(const std::string& name);
 
 class CaptureSink {
  public:

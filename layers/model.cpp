@@ -5,46 +5,78 @@
 #include "layers/vocab_parallel.h"
 
 namespace retort::layers {
+namespace {
+ParamSpec vocab_matrix_spec(const std::string& name, const ModelConfig& config, int64_t padded) {
+  ParamSpec spec{name, {config.vocab_size, config.hidden}, 0};
+  spec.init_std = config.init_std;
+  spec.padded_rows = padded;
+  return spec;
+}
+}  // namespace
 
-LlamaModel::LlamaModel(const ModelConfig& config, ParameterStore& store, TensorParallel tp)
-    : config_(config), tp_(tp) {
+LlamaModel::LlamaModel(const ModelConfig& config, ParameterStore& store, TensorParallel tp,
+                       ModelStage stage)
+    : config_(config), tp_(tp), stage_(stage) {
+  if (stage_.end_layer < 0) stage_.end_layer = config.layers;
+  TORCH_CHECK(0 <= stage_.first_layer && stage_.first_layer <= stage_.end_layer &&
+                  stage_.end_layer <= config.layers,
+              "model stage layers out of range");
   const int64_t padded = padded_vocab_size(config.vocab_size, tp.size());
-  ParamSpec embed{"embed.weight", {config.vocab_size, config.hidden}, 0};
-  embed.init_std = config.init_std;
-  embed.padded_rows = padded;
-  embed_ = store.create(embed);
-  blocks_.reserve(config.layers);
-  for (int64_t i = 0; i < config.layers; ++i) blocks_.emplace_back(config, i, store, tp);
+  if (stage_.embedding) embed_ = store.create(vocab_matrix_spec("embed.weight", config, padded));
+  blocks_.reserve(stage_.end_layer - stage_.first_layer);
+  for (int64_t i = stage_.first_layer; i < stage_.end_layer; ++i)
+    blocks_.emplace_back(config, i, store, tp);
+  if (!stage_.head) return;
   ParamSpec norm{"final_norm.weight", {config.hidden}, -1, true, InitMethod::Ones};
   norm.weight_decay = false;
   final_norm_ = store.create(norm);
-  if (config.tied_embeddings) {
+  if (config.tied_embeddings && stage_.embedding) {
     lm_head_ = embed_;
+  } else if (config.tied_embeddings) {  // last pipeline stage: a copy of the first's
+    ParamSpec copy = vocab_matrix_spec("embed.weight", config, padded);
+    copy.tied_copy = true;
+    lm_head_ = store.create(copy);
   } else {
-    ParamSpec head{"lm_head.weight", {config.vocab_size, config.hidden}, 0};
-    head.init_std = config.init_std;
-    head.padded_rows = padded;
-    lm_head_ = store.create(head);
+    lm_head_ = store.create(vocab_matrix_spec("lm_head.weight", config, padded));
   }
 }
 
-torch::Tensor LlamaModel::local_logits(const torch::Tensor& tokens, CaptureSink* sink) const {
+torch::Tensor LlamaModel::embed(const torch::Tensor& tokens) const {
+  TORCH_CHECK(stage_.embedding, "embed() on a pipeline stage without the embedding");
   TORCH_CHECK(tokens.dim() == 2, "tokens must be [batch, seq]");
-  torch::Tensor x = vocab_parallel_embedding(tokens, embed_, tp_);
-  BlockContext context = make_block_context(config_, tokens.size(1), x.options());
+  return vocab_parallel_embedding(tokens, embed_, tp_);
+}
+
+torch::Tensor LlamaModel::run_blocks(torch::Tensor x, int64_t seq_len, CaptureSink* sink) const {
+  if (blocks_.empty()) return x;
+  BlockContext context = make_block_context(config_, seq_len, x.options());
   for (const Block& block : blocks_) x = block.forward(x, context, sink);
-  x = tp_.enter_column(rms_norm(x, final_norm_, config_.norm_eps));
+  return x;
+}
+
+torch::Tensor LlamaModel::unmasked_logits(const torch::Tensor& hidden) const {
+  TORCH_CHECK(stage_.head, "the LM head runs on the last pipeline stage only");
+  torch::Tensor x = tp_.enter_column(rms_norm(hidden, final_norm_, config_.norm_eps));
   return torch::matmul(x, lm_head_.t());
 }
 
+torch::Tensor LlamaModel::head_logits(const torch::Tensor& hidden) const {
+  return mask_padded_logits(unmasked_logits(hidden), config_.vocab_size, tp_);
+}
+
+torch::Tensor LlamaModel::head_loss_sum(const torch::Tensor& hidden,
+                                        const torch::Tensor& targets) const {
+  return vocab_parallel_cross_entropy(unmasked_logits(hidden), targets, config_.vocab_size, tp_)
+      .sum();
+}
+
 torch::Tensor LlamaModel::forward(const torch::Tensor& tokens, CaptureSink* sink) const {
-  return mask_padded_logits(local_logits(tokens, sink), config_.vocab_size, tp_);
+  return head_logits(run_blocks(embed(tokens), tokens.size(1), sink));
 }
 
 torch::Tensor LlamaModel::loss_sum(const torch::Tensor& tokens, const torch::Tensor& targets,
                                    CaptureSink* sink) const {
-  return vocab_parallel_cross_entropy(local_logits(tokens, sink), targets, config_.vocab_size, tp_)
-      .sum();
+  return head_loss_sum(run_blocks(embed(tokens), tokens.size(1), sink), targets);
 }
 
 int64_t count_targets(const torch::Tensor& targets) {

@@ -3,6 +3,11 @@
 // by the global number of target tokens. Under tensor parallelism the vocabulary (padded to
 // a multiple of TP x 128) is split over ranks and logits stay split; under sequence
 // parallelism the residual stream is split along the sequence between embedding and head.
+//
+// Under pipeline parallelism a model object holds one stage: a contiguous range of blocks,
+// the embedding on the first stage and final norm and head on the last. With tied
+// embeddings the last stage keeps its own copy of embed.weight (spec tied_copy), kept equal
+// to the first stage's by summing their gradients.
 #pragma once
 #include <torch/torch.h>
 
@@ -18,26 +23,43 @@ namespace retort::layers {
 
 inline constexpr int64_t kIgnoreIndex = -100;
 
+// The part of the model one pipeline stage holds. The default is the whole model.
+struct ModelStage {
+  int64_t first_layer = 0;
+  int64_t end_layer = -1;  // -1 = through the last layer
+  bool embedding = true;   // the first stage
+  bool head = true;        // the last stage: final norm, LM head, loss
+};
+
 class LlamaModel {
  public:
-  LlamaModel(const ModelConfig& config, ParameterStore& store, TensorParallel tp = {});
+  LlamaModel(const ModelConfig& config, ParameterStore& store, TensorParallel tp = {},
+             ModelStage stage = {});
 
-  // tokens [batch, seq] (int64, the full sequence on every TP rank) -> this rank's logits
-  // [batch, seq, padded_vocab / tp]; padded vocabulary entries are -inf.
+  // Whole model only. tokens [batch, seq] (int64, the full sequence on every TP rank) ->
+  // this rank's logits [batch, seq, padded_vocab / tp]; padded vocabulary entries are -inf.
   torch::Tensor forward(const torch::Tensor& tokens, CaptureSink* sink = nullptr) const;
-  // Sum over target tokens (targets != kIgnoreIndex) of the cross-entropy; the same value on
-  // every TP rank.
+  // Whole model only. Sum over target tokens (targets != kIgnoreIndex) of the cross-entropy;
+  // the same value on every TP rank.
   torch::Tensor loss_sum(const torch::Tensor& tokens, const torch::Tensor& targets,
                          CaptureSink* sink = nullptr) const;
 
+  // The pieces a pipeline stage runs. The hidden state is [b, s, h] ([b, s/tp, h] under STP).
+  torch::Tensor embed(const torch::Tensor& tokens) const;  // first stage
+  torch::Tensor run_blocks(torch::Tensor hidden, int64_t seq_len, CaptureSink* sink) const;
+  torch::Tensor head_logits(const torch::Tensor& hidden) const;  // masked, last stage
+  torch::Tensor head_loss_sum(const torch::Tensor& hidden, const torch::Tensor& targets) const;
+
   const ModelConfig& config() const { return config_; }
   const TensorParallel& tensor_parallel() const { return tp_; }
+  const ModelStage& stage() const { return stage_; }
 
  private:
-  torch::Tensor local_logits(const torch::Tensor& tokens, CaptureSink* sink) const;
+  torch::Tensor unmasked_logits(const torch::Tensor& hidden) const;
 
   ModelConfig config_;
   TensorParallel tp_;
+  ModelStage stage_;
   torch::Tensor embed_, final_norm_, lm_head_;
   std::vector<Block> blocks_;
 };

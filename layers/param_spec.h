@@ -12,18 +12,22 @@ namespace retort::layers {
 enum class InitMethod { Normal, Zeros, Ones };
 
 struct ParamSpec {
-  std::string name;             // e.g. "layers.3.attn.q_proj.weight"
-  std::vector<int64_t> shape;   // global shape, before any tensor-parallel split
-  int shard_dim = -1;           // dimension split over TP ranks; -1 = replicated
+  std::string name;                  // e.g. "layers.3.attn.q_proj.weight"
+  std::vector<int64_t> shape;        // global shape, before any tensor-parallel split
+  int shard_dim = -1;                // dimension split over TP ranks; -1 = replicated
   bool sequence_replicated = false;  // replicated across a sequence-parallel TP group
   InitMethod init = InitMethod::Normal;
-  double init_std = 0.02;       // for InitMethod::Normal
+  double init_std = 0.02;  // for InitMethod::Normal
   // Replicated on every TP rank, but each rank's gradient is only its part (kv heads shared
   // by several TP ranks): the gradient is summed over TP whatever the sequence mode.
   bool tp_partial_grad = false;
-  int64_t padded_rows = 0;      // dim 0 padded with zero rows to this size (vocab); 0 = none
-  double lr_scale = 1.0;        // 0 = frozen
-  bool weight_decay = true;     // false for norms and biases
+  int64_t padded_rows = 0;   // dim 0 padded with zero rows to this size (vocab); 0 = none
+  double lr_scale = 1.0;     // 0 = frozen
+  bool weight_decay = true;  // false for norms and biases
+  // A second copy of a parameter another pipeline stage owns (the tied LM head on the last
+  // stage): its gradient is summed with the owner's over the embedding group, it is counted
+  // once in the gradient norm (on the owner) and written to checkpoints by the owner only.
+  bool tied_copy = false;
 
   int64_t numel() const {
     int64_t n = 1;

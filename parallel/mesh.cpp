@@ -25,6 +25,12 @@ Mesh::Mesh(const Layout& layout, MPI_Comm world) : layout_(layout) {
   dp_ = split(c.pp * T + c.tp, c.dp, "dp");
   pp_ = split(c.dp * T + c.tp, c.pp, "pp");
   mp_ = split(c.dp, c.pp * T + c.tp, "model_parallel");
+  // First and last stage of each pipeline: they hold the two copies of tied embeddings.
+  const int P = layout.pipeline;
+  const bool holds_embedding = P > 1 && (c.pp == 0 || c.pp == P - 1);
+  MPI_Comm embedding;
+  MPI_Comm_split(world, holds_embedding ? c.dp * T + c.tp : MPI_UNDEFINED, c.pp, &embedding);
+  if (holds_embedding) embedding_ = std::make_unique<Communicator>(embedding, "embedding");
   MPI_Comm dup;
   MPI_Comm_dup(world, &dup);
   world_ = std::make_unique<Communicator>(dup, "world");

@@ -1,6 +1,7 @@
 // parallel/mesh.h: the process mesh. World = DP x PP x TP ranks with TP fastest-varying and
 // PP slowest: rank = (pp * DP + dp) * TP + tp. Built once from MPI_COMM_WORLD with
-// MPI_Comm_split; hands out one Communicator per group (tp, pp, dp, model-parallel = tp x pp).
+// MPI_Comm_split; hands out one Communicator per group (tp, pp, dp, model-parallel = tp x pp,
+// and under pipeline parallelism the embedding group: first and last stage of one pipeline).
 #pragma once
 #include <memory>
 
@@ -29,12 +30,15 @@ class Mesh {
   Communicator& dp() { return *dp_; }
   Communicator& model_parallel() { return *mp_; }
   Communicator& world() { return *world_; }
+  // The first and last stage of this rank's pipeline (same tp and dp coordinates), which
+  // keep tied embeddings equal; null off those stages or without pipeline parallelism.
+  Communicator* embedding() { return embedding_.get(); }
 
  private:
   Layout layout_;
   int world_rank_ = 0;
   MeshCoordinates coordinates_;
-  std::unique_ptr<Communicator> tp_, pp_, dp_, mp_, world_;
+  std::unique_ptr<Communicator> tp_, pp_, dp_, mp_, world_, embedding_;
 };
 
 }  // namespace retort::parallel

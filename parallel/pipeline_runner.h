@@ -19,7 +19,8 @@ struct PipelineStage {
   // output_grad: the next stage's input gradient (undefined on the last stage) -> the
   // gradient of this stage's input (ignored on the first stage)
   std::function<torch::Tensor(int micro_batch, const torch::Tensor& output_grad)> backward;
-  std::vector<int64_t> activation_shape;  // what travels between stages
+  std::vector<int64_t> activation_shape;  // what travels forward between stages
+  std::vector<int64_t> gradient_shape;    // what travels backward; empty = activation_shape
   torch::ScalarType dtype = torch::kFloat;
 };
 
@@ -27,5 +28,9 @@ struct PipelineStage {
 // (rank = stage). Returns the actions in the order they ran.
 std::vector<PipelineAction> run_one_forward_one_backward(Communicator& pp, int micro_batches,
                                                          const PipelineStage& stage);
+
+// Forwards only (evaluation): every micro-batch through the stage in order; `backward` is
+// not called.
+void run_forwards(Communicator& pp, int micro_batches, const PipelineStage& stage);
 
 }  // namespace retort::parallel

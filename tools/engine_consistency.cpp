@@ -23,8 +23,9 @@ int run(int argc, char** argv, parallel::MpiRuntime& mpi) {
   std::string layouts_text, out;
   int64_t accumulation = 2, samples = 1;
   options.add_options()("help,h", "print this help")(
-      "layouts", po::value<std::string>(&layouts_text)
-                     ->default_value("TP1,TP2,STP2,DP2,TP2xDP2,STP2xDP2,TP4,STP4,DP2-Z1,STP2xDP2-Z1,DP4-Z1"),
+      "layouts",
+      po::value<std::string>(&layouts_text)
+          ->default_value("TP1,TP2,STP2,DP2,TP2xDP2,STP2xDP2,TP4,STP4,DP2-Z1,STP2xDP2-Z1,DP4-Z1"),
       "comma-separated layouts; the first is the reference")(
       "out", po::value<std::string>(&out)->default_value("runs/consistency"),
       "directory for the per-layout HDF5 records")(
@@ -53,7 +54,7 @@ int run(int argc, char** argv, parallel::MpiRuntime& mpi) {
     engine::run_consistency_layout(config, layouts[i], accumulation, samples, MPI_COMM_WORLD,
                                    &records[i]);
     if (mpi.world_rank() == 0) {
-      engine::write_record(out + "/" + layouts[i].name + ".h5", records[i]);
+      engine::write_record(out + "/" + layouts[i].file_name() + ".h5", records[i]);
       std::cout << "ran " << layouts[i].name << ": losses";
       for (double l : records[i].losses) std::printf(" %.8f", l);
       std::cout << std::endl;

@@ -60,9 +60,13 @@ expect "invalid layout" "world size 1 is not divisible by tensor x pipeline = 3 
   "$train" "$configs/tiny.yaml" "${base[@]}" parallel.tensor=3
 expect "cuda on a CPU-only build" "runtime.device=cuda: this libtorch has no CUDA support" -- \
   "$train" "$configs/tiny.yaml" "${base[@]}" runtime.device=cuda
-expect "pipeline not built" "parallel.pipeline=2: pipeline parallelism is not built yet" -- \
+expect "pipeline split" "parallel.pipeline_split sums to 3 layers but model.layers=2" -- \
   mpirun -q --oversubscribe -np 2 "$train" "$configs/tiny.yaml" "${base[@]}" parallel.pipeline=2 \
-  model.layers=2
+  model.layers=2 "parallel.pipeline_split=[1,2]"
+expect "distillation pairs crossing stages" "cannot be split over 2 pipeline stages" -- \
+  mpirun -q --oversubscribe -np 2 "$train" "$configs/tiny.yaml" "${base[@]}" parallel.pipeline=2 \
+  model.layers=2 distill.activation_weight=0.1 \
+  "distill.activation_pairs=[layers.0.block_output=layers.1.block_output,layers.1.block_output=layers.0.block_output]"
 expect "missing checkpoint" "checkpoint.load: '$work/nowhere'" -- \
   "$train" "$configs/tiny.yaml" "${base[@]}" checkpoint.load="$work/nowhere"
 expect "prepare: missing input" "input '$work/nothing.txt' does not exist" -- \

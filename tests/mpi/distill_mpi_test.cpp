@@ -40,8 +40,8 @@ double run_identical(const layers::TensorParallel& tp, LogitLoss logit_kind,
   dc.logits.kind = logit_kind;
   dc.logits.temperature = 2.0;
   dc.activation_kind = activation_kind;
-  dc.pairs = make_activation_pairs({}, {"mixer_output", "mlp_output", "block_output"}, c.layers,
-                                   c.layers);
+  dc.pairs =
+      make_activation_pairs({}, {"mixer_output", "mlp_output", "block_output"}, c.layers, c.layers);
   Distiller distiller(dc, teacher, c, store, tp);
   torch::manual_seed(5);
   torch::Tensor tokens = torch::randint(c.vocab_size, {2, 16}, torch::kLong);
@@ -72,11 +72,14 @@ TEST(DistillIdentical, LossesAndGradientsVanishUnderTp1Tp2Stp2) {
       {"TP" + std::to_string(comm.size()), layers::TensorParallel{&comm, false}},
       {"STP" + std::to_string(comm.size()), layers::TensorParallel{&comm, true}}};
   for (const auto& [name, tp] : layouts) {
-    for (LogitLoss logit : {LogitLoss::ForwardKL, LogitLoss::ReverseKL, LogitLoss::SoftCrossEntropy}) {
+    for (LogitLoss logit :
+         {LogitLoss::ForwardKL, LogitLoss::ReverseKL, LogitLoss::SoftCrossEntropy}) {
       for (ActivationLoss act : {ActivationLoss::Mse, ActivationLoss::Cosine, ActivationLoss::L2}) {
         LossTerms terms;
         const double largest = run_identical(tp, logit, act, &terms);
-        if (logit != LogitLoss::SoftCrossEntropy) EXPECT_LE(std::abs(terms.logits), 1e-6) << name;
+        if (logit != LogitLoss::SoftCrossEntropy) {
+          EXPECT_LE(std::abs(terms.logits), 1e-6) << name;
+        }
         EXPECT_LE(std::abs(terms.activations), 1e-6) << name << " activation " << int(act);
         for (const auto& [pair, value] : terms.per_pair) EXPECT_LE(std::abs(value), 1e-6) << pair;
         EXPECT_LE(largest, 1e-7) << name << " logit " << int(logit) << " activation " << int(act);

@@ -158,7 +158,7 @@ TEST(ParallelLayers, AttentionMlpBlock) {
     ModelConfig c = config_for(n);
     ParameterStore ps(21, torch::kDouble, tp.position()), qs(21, torch::kDouble);
     Block pb(c, 1, ps, tp), qb(c, 1, qs, s.plain);  // layer 1: sliding window 5
-    {  // Non-trivial norms and biases.
+    {                                               // Non-trivial norms and biases.
       torch::NoGradGuard g;
       for (auto* st : {&ps, &qs})
         for (auto& p : st->all())
@@ -170,7 +170,8 @@ TEST(ParallelLayers, AttentionMlpBlock) {
     }
     const int64_t seq = 4 * n;
     BlockContext ctx = make_block_context(c, seq, torch::TensorOptions().dtype(torch::kDouble));
-    torch::Tensor X = shared_random({2, seq, c.hidden}, 22), G = shared_random({2, seq, c.hidden}, 23);
+    torch::Tensor X = shared_random({2, seq, c.hidden}, 22),
+                  G = shared_random({2, seq, c.hidden}, 23);
     CaptureSink qsink({capture_name(1, "mixer_output"), capture_name(1, "mlp_output")});
     CaptureSink psink = qsink;
     torch::Tensor xq = X.clone().requires_grad_(true);
@@ -184,7 +185,8 @@ TEST(ParallelLayers, AttentionMlpBlock) {
     };
     expect_close(yp, local(yq), "block output");
     for (const char* point : {"mixer_output", "mlp_output"})
-      expect_close(psink.at(capture_name(1, point)), local(qsink.at(capture_name(1, point))), point);
+      expect_close(psink.at(capture_name(1, point)), local(qsink.at(capture_name(1, point))),
+                   point);
     expect_close(xp.grad(), local(xq.grad()), "block input grad");
     expect_same_gradients(ps, qs, tp);
   }

@@ -5,10 +5,10 @@
 // backwards ran in the 1F1B order, that at most p - stage micro-batches were in flight at any
 // time (counted by the stage itself), and that every value arrived from the right
 // micro-batch.
+#include "parallel/pipeline_runner.h"
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
-
-#include "parallel/pipeline_runner.h"
 
 using namespace retort::parallel;
 
@@ -38,7 +38,9 @@ TEST(PipelineRunner, InstrumentedStagesRunOneForwardOneBackward) {
     stage.backward = [&](int micro, const torch::Tensor& output_grad) {
       seen.push_back({PipelineAction::Backward, micro});
       --in_flight;
-      if (output_grad.defined()) EXPECT_EQ(int(output_grad[0].item<double>()), micro);
+      if (output_grad.defined()) {
+        EXPECT_EQ(int(output_grad[0].item<double>()), micro);
+      }
       return torch::tensor({double(micro), 1.0}, torch::kDouble);
     };
     auto ran = run_one_forward_one_backward(pp, m, stage);

@@ -1,11 +1,12 @@
 // tests/mpi/primitives_test.cpp: each communication primitive's forward and backward
 // against its definition, on the world group; plus the Communicator's collectives, async
 // handles and counters, and the mesh's group arithmetic.
+#include "parallel/primitives.h"
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include "parallel/mesh.h"
-#include "parallel/primitives.h"
 
 using namespace retort::parallel;
 

@@ -12,24 +12,28 @@
 #include "engine/h5_tensors.h"
 #include "engine/sharding.h"
 #include "engine/trainer.h"
+#include "trainer_test_support.h"
 
 using namespace retort;
 using namespace retort::engine;
+using retort::test::world_size;
 
 namespace {
 
-int world_size() {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
-
 TrainConfig small(std::vector<std::string> overrides) {
-  std::vector<std::string> all = {
-      "data.paths=[" RETORT_TEST_CORPUS "]", "model.layers=2", "model.hidden=64",
-      "model.heads=8", "model.kv_heads=2", "model.ffn_hidden=128", "data.seq_len=32",
-      "training.global_batch=8", "training.micro_batch=2", "training.eval_every=0",
-      "checkpoint.save_at_end=false", "runtime.peak_gflops=1", "runtime.threads=1"};
+  std::vector<std::string> all = {"data.paths=[" RETORT_TEST_CORPUS "]",
+                                  "model.layers=2",
+                                  "model.hidden=64",
+                                  "model.heads=8",
+                                  "model.kv_heads=2",
+                                  "model.ffn_hidden=128",
+                                  "data.seq_len=32",
+                                  "training.global_batch=8",
+                                  "training.micro_batch=2",
+                                  "training.eval_every=0",
+                                  "checkpoint.save_at_end=false",
+                                  "runtime.peak_gflops=1",
+                                  "runtime.threads=1"};
   all.insert(all.end(), overrides.begin(), overrides.end());
   return make_train_config(Config::load(RETORT_TEST_CONFIGS "/tiny.yaml", all), world_size());
 }
@@ -46,8 +50,8 @@ TEST(TrainerMpi, ZeroOneShardsOptimizerState) {
   TrainConfig plain_config = small({"parallel.data=4", "training.micro_batch=1"});
   parallel::Mesh plain_mesh(plain_config.layout);
   Trainer plain(plain_config, nullptr, &plain_mesh);
-  TrainConfig zero_config = small({"parallel.data=4", "training.micro_batch=1",
-                                   "optimizer.zero_stage=1"});
+  TrainConfig zero_config =
+      small({"parallel.data=4", "training.micro_batch=1", "optimizer.zero_stage=1"});
   parallel::Mesh zero_mesh(zero_config.layout);
   Trainer zero(zero_config, nullptr, &zero_mesh);
   const double full = double(plain.optimizer().state_bytes());
@@ -57,15 +61,15 @@ TEST(TrainerMpi, ZeroOneShardsOptimizerState) {
   // Equal training: after two steps the parameters agree.
   for (int i = 0; i < 2; ++i) EXPECT_NEAR(zero.train_step(), plain.train_step(), 1e-6);
   for (size_t i = 0; i < plain.parameters().all().size(); ++i)
-    EXPECT_TRUE(torch::allclose(zero.parameters().all()[i].value,
-                                plain.parameters().all()[i].value, 1e-5, 1e-7))
+    EXPECT_TRUE(torch::allclose(zero.parameters().all()[i].value, plain.parameters().all()[i].value,
+                                1e-5, 1e-7))
         << plain.parameters().all()[i].spec.name;
 }
 
 TEST(TrainerMpi, DataParallelBucketsLaunchDuringBackward) {
   if (world_size() != 4) GTEST_SKIP() << "needs 4 ranks";
-  TrainConfig config = small({"parallel.data=4", "training.micro_batch=1",
-                              "parallel.dp_bucket_mb=0.02"});
+  TrainConfig config =
+      small({"parallel.data=4", "training.micro_batch=1", "parallel.dp_bucket_mb=0.02"});
   parallel::Mesh mesh(config.layout);
   Trainer trainer(config, nullptr, &mesh);
   trainer.train_step();
@@ -86,8 +90,7 @@ TEST(TrainerMpi, CheckpointReshardsAcrossLayouts) {
   if (world_size() != 4) GTEST_SKIP() << "needs 4 ranks";
   const std::string dir = (std::filesystem::temp_directory_path() / "retort_reshard").string();
   TrainConfig a_config = small({"parallel.tensor=2", "parallel.sequence_parallel=true",
-                                "optimizer.zero_stage=1", "run.dir=" + dir,
-                                "training.steps=4"});
+                                "optimizer.zero_stage=1", "run.dir=" + dir, "training.steps=4"});
   parallel::Mesh a_mesh(a_config.layout);
   Trainer a(a_config, nullptr, &a_mesh);
   a.train_step();
@@ -96,22 +99,17 @@ TEST(TrainerMpi, CheckpointReshardsAcrossLayouts) {
   a.save(path);
   MPI_Barrier(MPI_COMM_WORLD);
   // The file holds global tensors equal to the gathered shards of layout A.
+  retort::test::expect_checkpoint_holds_parameters(path, a);
   H5Handle file{H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose};
-  for (auto& p : a.parameters().all()) {
-    torch::Tensor global = to_global(p.value, p.spec, a.tensor_parallel());
-    torch::Tensor stored = h5_read_tensor(file.id, path, "/params/" + p.spec.name, p.spec.shape,
-                                          torch::kFloat);
-    EXPECT_TRUE(torch::equal(global, stored)) << p.spec.name;
-  }
   // Resume under TP4 (no DP, no ZeRO): same parameters, and the next step's loss agrees.
-  TrainConfig b_config = small({"parallel.tensor=4", "run.dir=" + dir, "training.steps=4",
-                                "checkpoint.load=" + path});
+  TrainConfig b_config =
+      small({"parallel.tensor=4", "run.dir=" + dir, "training.steps=4", "checkpoint.load=" + path});
   parallel::Mesh b_mesh(b_config.layout);
   Trainer b(b_config, nullptr, &b_mesh);
   EXPECT_EQ(b.step(), 2);
   for (auto& p : b.parameters().all()) {
-    torch::Tensor stored = h5_read_tensor(file.id, path, "/params/" + p.spec.name, p.spec.shape,
-                                          torch::kFloat);
+    torch::Tensor stored =
+        h5_read_tensor(file.id, path, "/params/" + p.spec.name, p.spec.shape, torch::kFloat);
     EXPECT_TRUE(torch::equal(to_global(p.value, p.spec, b.tensor_parallel()), stored))
         << p.spec.name;
     torch::Tensor state = h5_read_tensor(file.id, path, "/optimizer/exp_avg_sq/" + p.spec.name,

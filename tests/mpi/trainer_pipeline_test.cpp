@@ -1,0 +1,149 @@
+// tests/mpi/trainer_pipeline_test.cpp: the trainer under pipeline parallelism on 4 ranks.
+// A checkpoint written under PP2 x TP2 holds every parameter once at global shape (equal to
+// the stages' gathered shards, the tied head not duplicated) and resumes under PP4 with an
+// uneven split, giving the loss the original layout gets; the two copies of tied embeddings
+// stay bitwise equal across training; validation through the pipeline equals the 1-rank
+// model's; and a stage that cannot load its part of a checkpoint stops every stage with
+// the same error instead of leaving the others waiting.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+
+#include "common/user_error.h"
+#include "engine/config.h"
+#include "engine/h5_tensors.h"
+#include "engine/sharding.h"
+#include "engine/trainer.h"
+#include "trainer_test_support.h"
+
+using namespace retort;
+using namespace retort::engine;
+using retort::test::world_rank;
+using retort::test::world_size;
+
+namespace {
+
+TrainConfig small(std::vector<std::string> overrides, int ranks = world_size()) {
+  std::vector<std::string> all = {"data.paths=[" RETORT_TEST_CORPUS "]",
+                                  "model.layers=5",
+                                  "model.hidden=64",
+                                  "model.heads=8",
+                                  "model.kv_heads=2",
+                                  "model.ffn_hidden=128",
+                                  "data.seq_len=32",
+                                  "model.tied_embeddings=true",
+                                  "training.global_batch=8",
+                                  "training.micro_batch=2",
+                                  "training.eval_every=0",
+                                  "checkpoint.save_at_end=false",
+                                  "runtime.peak_gflops=1",
+                                  "runtime.threads=1",
+                                  "data.valid_fraction=0.05",
+                                  "training.eval_batches=1"};
+  all.insert(all.end(), overrides.begin(), overrides.end());
+  return make_train_config(Config::load(RETORT_TEST_CONFIGS "/tiny.yaml", all), ranks);
+}
+
+}  // namespace
+
+TEST(TrainerPipeline, CheckpointGathersStagesAndResumesUnderAnotherSplit) {
+  if (world_size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  const std::string dir = (std::filesystem::temp_directory_path() / "retort_pp_ckpt").string();
+  TrainConfig a_config =
+      small({"parallel.tensor=2", "parallel.pipeline=2", "run.dir=" + dir, "training.steps=4"});
+  parallel::Mesh a_mesh(a_config.layout);
+  Trainer a(a_config, nullptr, &a_mesh);
+  a.train_step();
+  a.train_step();
+  const std::string path = checkpoint_path(dir, 2);
+  a.save(path);
+  MPI_Barrier(MPI_COMM_WORLD);
+  // Every stage's parameters are in the file, equal to the gathered shards.
+  retort::test::expect_checkpoint_holds_parameters(path, a);
+  H5Handle file{H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose};
+  // Exactly the parameters of the whole model: names of the 1-rank model, no more.
+  if (world_rank() == 0) {
+    layers::ParameterStore whole_store(1, torch::kFloat);
+    layers::LlamaModel whole(a_config.model, whole_store);
+    const std::vector<std::string> names = h5_children(file.id, "/params");
+    EXPECT_EQ(names.size(), whole_store.all().size());
+    for (const auto& p : whole_store.all())
+      EXPECT_NE(std::find(names.begin(), names.end(), p.spec.name), names.end()) << p.spec.name;
+  }
+  // Resume under PP4 with an uneven split (no TP).
+  TrainConfig b_config = small({"parallel.pipeline=4", "parallel.pipeline_split=[1,2,1,1]",
+                                "run.dir=" + dir, "training.steps=4", "checkpoint.load=" + path});
+  parallel::Mesh b_mesh(b_config.layout);
+  Trainer b(b_config, nullptr, &b_mesh);
+  EXPECT_EQ(b.step(), 2);
+  for (auto& p : b.parameters().all()) {
+    torch::Tensor stored =
+        h5_read_tensor(file.id, path, "/params/" + p.spec.name, p.spec.shape, torch::kFloat);
+    EXPECT_TRUE(torch::equal(p.value, stored)) << p.spec.name;
+  }
+  for (int i = 0; i < 2; ++i) {
+    const double loss_a = a.train_step(), loss_b = b.train_step();
+    EXPECT_NEAR(loss_b, loss_a, 1e-5 * loss_a);
+  }
+}
+
+TEST(TrainerPipeline, TiedEmbeddingCopiesStayEqual) {
+  if (world_size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  TrainConfig config = small({"parallel.pipeline=4", "training.steps=3"});
+  parallel::Mesh mesh(config.layout);
+  Trainer trainer(config, nullptr, &mesh);
+  for (int i = 0; i < 3; ++i) trainer.train_step();
+  const int stage = mesh.coordinates().pp;
+  layers::Parameter* embed = trainer.parameters().find("embed.weight");
+  EXPECT_EQ(embed != nullptr, stage == 0 || stage == 3);
+  if (stage == 3) {
+    EXPECT_TRUE(embed->spec.tied_copy);
+    mesh.pp().send(embed->value.detach().contiguous(), 0);
+  } else if (stage == 0) {
+    torch::Tensor copy = torch::empty_like(embed->value);
+    mesh.pp().recv(copy, 3);
+    EXPECT_TRUE(torch::equal(copy, embed->value)) << "the tied copies drifted apart";
+    EXPECT_GT((embed->value - layers::initial_global_value(embed->spec, config.seed))
+                  .abs()
+                  .max()
+                  .item<double>(),
+              0.0)
+        << "the embedding did not train";
+  }
+}
+
+TEST(TrainerPipeline, ValidationThroughThePipelineEqualsTheWholeModel) {
+  if (world_size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  TrainConfig config = small({"parallel.pipeline=2", "parallel.data=2", "training.steps=1"});
+  parallel::Mesh mesh(config.layout);
+  Trainer pipelined(config, nullptr, &mesh);
+  const double valid = pipelined.evaluate();
+  // The same model on one rank, without MPI.
+  if (world_rank() == 0) {
+    Trainer whole(small({"training.steps=1"}, 1), nullptr, nullptr);
+    EXPECT_NEAR(valid, whole.evaluate(), 1e-6 * valid);
+  }
+}
+
+TEST(TrainerPipeline, AStageThatCannotLoadStopsEveryStage) {
+  if (world_size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  const std::string dir = (std::filesystem::temp_directory_path() / "retort_pp_bad").string();
+  // A checkpoint of a 4-layer model: the 5-layer model's last stage lacks layers.4.*.
+  TrainConfig four = small({"model.layers=4", "parallel.pipeline=4", "run.dir=" + dir});
+  {
+    parallel::Mesh mesh(four.layout);
+    Trainer t(four, nullptr, &mesh);
+    t.save(checkpoint_path(dir, 0));
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  TrainConfig five = small({"parallel.pipeline=4", "checkpoint.load=" + checkpoint_path(dir, 0)});
+  parallel::Mesh mesh(five.layout);
+  std::string error;
+  try {
+    Trainer t(five, nullptr, &mesh);
+  } catch (const UserError& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("layers.4."), std::string::npos) << "rank " << world_rank() << ": " << error;
+}
