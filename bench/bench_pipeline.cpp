@@ -2,7 +2,8 @@
 // micro-batches per step it trains a few steps of the config's model under 1F1B and prints,
 // per stage, the time spent running forwards and backwards (busy) and the rest of the
 // schedule (idle: waiting on neighbours, i.e. bubble plus communication), next to the
-// 1F1B bubble fraction (p-1)/(m+p-1) that idle time should approach.
+// 1F1B bubble fraction (p-1)/(m+p-1) that idle time should approach. Run one rank per core:
+// oversubscribed ranks are descheduled inside their callbacks and the busy times mean little.
 //   mpirun -np 2 bench_pipeline configs/bench_pipeline.yaml [key=value ...]
 // The layout is parallel.pipeline = world size (one rank per stage, no TP, no DP).
 #include <mpi.h>
@@ -60,11 +61,16 @@ int run(int argc, char** argv, parallel::MpiRuntime& mpi) {
     MPI_Gather(mine, 2, MPI_DOUBLE, all.data(), 2, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     if (!root) continue;
     const double bubble = double(stages - 1) / double(micro_batches + stages - 1);
+    double busy_sum = 0, wall_sum = 0;
     for (int s = 0; s < stages; ++s) {
       const double b = all[2 * s], w = all[2 * s + 1];
+      busy_sum += b, wall_sum += w;
       std::printf("| %d | %d | %.1f | %.1f | %.3f | %.3f |\n", micro_batches, s, 1e3 * b,
                   1e3 * (w - b), (w - b) / w, bubble);
     }
+    std::printf("| %d | mean | %.1f | %.1f | %.3f | %.3f |\n", micro_batches,
+                1e3 * busy_sum / stages, 1e3 * (wall_sum - busy_sum) / stages,
+                (wall_sum - busy_sum) / wall_sum, bubble);
     std::fflush(stdout);
   }
   return 0;

@@ -1,6 +1,7 @@
 // engine/run_summary.cpp: see run_summary.h.
 #include "engine/run_summary.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "engine/metrics.h"
@@ -23,7 +24,9 @@ MemoryEstimate estimate_memory(const TrainConfig& c) {
   const int64_t kv = m.kv_heads * m.head_dim();
   const int64_t per_token_layer = 6 * h + 4 * kv + 2 * m.heads * s + 4 * f;
   const int64_t per_token = m.layers * per_token_layer / shards + 3 * m.vocab_size;
-  e.activations = c.training.micro_batch * s * per_token * bytes;
+  // Under 1F1B the first stage keeps up to p micro-batches in flight.
+  const int64_t in_flight = std::min<int64_t>(c.layout.pipeline, c.accumulation_steps());
+  e.activations = in_flight * c.training.micro_batch * s * per_token * bytes;
   return e;
 }
 
@@ -35,7 +38,14 @@ std::string run_summary(const TrainConfig& c) {
      << c.model.matmul_parameter_count() << " in matrix products)\n"
      << "FLOPs per token:   " << c.model.training_flops_per_token(c.data.seq_len)
      << " (training, forward + backward)\n"
-     << "micro-batches:     " << c.accumulation_steps() << " per step per rank\n"
+     << "micro-batches:     " << c.accumulation_steps() << " per step per rank\n";
+  if (c.layout.pipeline > 1) {
+    os << "layers per stage: ";
+    for (const parallel::LayerRange& r : c.stages)
+      os << " " << r.size() << " [" << r.first << "-" << r.end - 1 << "]";
+    os << " (1F1B)\n";
+  }
+  os
      << "tokens per step:   " << c.training.global_batch * c.data.seq_len << "\n"
      << "memory per rank (estimate): " << format_bytes(mem.total())
      << " = weights " << format_bytes(mem.weights) << " + gradients "

@@ -43,7 +43,8 @@ struct StepInspector {
 };
 
 // Where a pipeline stage's time went in its last step's schedule: running its forwards and
-// backwards (busy) against the whole schedule (wall); the rest is bubble and communication.
+// backwards (busy) against the whole schedule, from a barrier of all stages before it to one
+// after it (wall); the rest is bubble, imbalance and communication.
 struct PipelineTiming {
   double busy_s = 0, wall_s = 0;
 };

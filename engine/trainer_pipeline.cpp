@@ -139,8 +139,12 @@ double Trainer::pipeline_micro_batches(const std::vector<TokenBatch>& micro, dou
   pipeline_timing_ = PipelineTiming();
   stage.forward = timed(stage.forward, pipeline_timing_.busy_s);
   stage.backward = timed(stage.backward, pipeline_timing_.busy_s);
+  // The window is the same on every stage (barriers), so idle time includes the wait for
+  // the flush: that is what the bubble fraction (p-1)/(m+p-1) counts.
+  pipeline_->barrier();
   const Clock::time_point start = Clock::now();
   parallel::run_one_forward_one_backward(*pipeline_, micro_batches, stage);
+  pipeline_->barrier();
   pipeline_timing_.wall_s = seconds_since(start);
   return loss_value;
 }

@@ -2,7 +2,7 @@
 # tools/demo.sh: the README's main job, a distillation demo on data the repo ships.
 # Installs what is missing, builds, turns the shipped State of the Union corpus into a
 # Megatron dataset, trains the teacher (configs/tiny.yaml, 2 data-parallel ranks), then
-# distills a sliding-window student from it at TP2 x DP4 with sequence parallelism on
+# distills a sliding-window student from it at TP2 x PP2 x DP2 with sequence parallelism on
 # 8 ranks (configs/distill.yaml) and plots both runs into runs/distill/loss.png.
 set -euo pipefail
 cd "$(dirname "$0")/.."
