@@ -3,8 +3,9 @@
 // the stages' gathered shards, the tied head not duplicated) and resumes under PP4 with an
 // uneven split, giving the loss the original layout gets; the two copies of tied embeddings
 // stay bitwise equal across training; validation through the pipeline equals the 1-rank
-// model's; and a stage that cannot load its part of a checkpoint stops every stage with
-// the same error instead of leaving the others waiting.
+// model's; a stage that cannot load its part of a checkpoint stops every stage with the
+// same error instead of leaving the others waiting; and activation memory does not grow
+// with the number of micro-batches.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -13,6 +14,7 @@
 #include "common/user_error.h"
 #include "engine/config.h"
 #include "engine/h5_tensors.h"
+#include "engine/memory_tracker.h"
 #include "engine/sharding.h"
 #include "engine/trainer.h"
 #include "trainer_test_support.h"
@@ -146,4 +148,29 @@ TEST(TrainerPipeline, AStageThatCannotLoadStopsEveryStage) {
     error = e.what();
   }
   EXPECT_NE(error.find("layers.4."), std::string::npos) << "rank " << world_rank() << ": " << error;
+}
+
+TEST(TrainerPipeline, ActivationMemoryDoesNotGrowWithMicroBatches) {
+  // Under 1F1B a stage holds at most p - stage micro-batches, so once the schedule has a
+  // steady phase (m > p) a step's peak tensor memory is the same for 8 and for 24
+  // micro-batches (a schedule running all forwards first would hold all 24 on every stage).
+  // With m <= p the peak is lower: no gradient exists yet when the most are in flight.
+  if (world_size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  MemoryTracker& memory = MemoryTracker::install();
+  auto step_peak = [&](int micro_batches) {
+    TrainConfig config = small({"parallel.pipeline=4", "training.steps=3",
+                                "training.global_batch=" + std::to_string(2 * micro_batches)});
+    parallel::Mesh mesh(config.layout);
+    Trainer trainer(config, nullptr, &mesh);
+    trainer.train_step();  // optimizer state and gradients exist from here on
+    const int64_t before = memory.current_bytes();
+    memory.reset_peak();
+    trainer.train_step();
+    return memory.peak_bytes() - before;
+  };
+  const int64_t eight = step_peak(8), twenty_four = step_peak(24);
+  std::printf("stage %d: peak above the resting level %lld bytes (m=8), %lld bytes (m=24)\n",
+              retort::test::world_rank(), static_cast<long long>(eight),
+              static_cast<long long>(twenty_four));
+  EXPECT_LE(twenty_four, eight * 21 / 20) << "activation memory grew with the micro-batches";
 }
