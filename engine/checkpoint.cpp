@@ -163,7 +163,7 @@ TrainingProgress load_checkpoint(const std::string& path, layers::ParameterStore
   // model lacks fails here (distillation projections aside: they belong to a run, not a model).
   // Under pipeline parallelism a name is known when some stage has it.
   const std::vector<std::string> names = h5_children(file.id, "/params");
-  torch::Tensor known = torch::zeros({int64_t(names.size()) + 1}, torch::kLong);
+  torch::Tensor known = torch::zeros({int64_t(names.size())}, torch::kLong);
   for (size_t i = 0; i < names.size(); ++i)
     known[i] = int64_t(store.find(names[i]) || names[i].rfind("distill.", 0) == 0);
   if (pipeline && pipeline->size() > 1) pipeline->all_reduce(known);

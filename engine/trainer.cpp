@@ -166,14 +166,10 @@ void Trainer::build_distiller() {
       std::make_unique<distill::Distiller>(dc, *teacher_, config_.model, *store_, tp_, stage_);
 }
 
-torch::Tensor Trainer::micro_batch_loss(const TokenBatch& b, double target_count,
-                                        const std::set<std::string>& inspect, int64_t step) {
+torch::Tensor Trainer::micro_batch_loss(const TokenBatch& b, double target_count, bool inspect,
+                                        int64_t step) {
   torch::Tensor tokens = to_tensor(b.inputs, b.batch), targets = to_tensor(b.targets, b.batch);
-  std::set<std::string> wanted = inspect;
-  if (distiller_) {
-    auto s = distiller_->student_captures();
-    wanted.insert(s.begin(), s.end());
-  }
+  const std::set<std::string> wanted = wanted_captures(inspect);
   layers::CaptureSink sink(wanted);
   layers::CaptureSink* sink_or_null = wanted.empty() ? nullptr : &sink;
   torch::Tensor loss;
@@ -187,7 +183,7 @@ torch::Tensor Trainer::micro_batch_loss(const TokenBatch& b, double target_count
     loss = distiller_->loss(logits, teacher_logits, targets, sink, teacher_sink, target_count,
                             config_.model.vocab_size, &step_terms_);
   }
-  if (!inspect.empty() && inspector_->on_captures) inspector_->on_captures(step, sink);
+  if (inspect && inspector_->on_captures) inspector_->on_captures(step, sink);
   return loss;
 }
 
@@ -198,18 +194,32 @@ double Trainer::dp_sum(double value) {
   return t.item<double>();
 }
 
-void Trainer::sum_over_pipeline(double& loss) {
-  std::vector<double> values = {loss, step_terms_.lm, step_terms_.logits, step_terms_.activations};
-  for (const auto& [name, value] : step_terms_.per_pair) values.push_back(value);
+void Trainer::sum_step_over(parallel::Communicator& group, double& loss) {
+  // One all-reduce: the loss, and its parts when distilling (LM-only steps send one scalar).
+  std::vector<double> values = {loss};
+  if (distiller_) {
+    values.insert(values.end(), {step_terms_.lm, step_terms_.logits, step_terms_.activations});
+    for (const auto& [name, value] : step_terms_.per_pair) values.push_back(value);
+  }
   torch::Tensor t = torch::tensor(values, torch::kDouble);
-  pipeline_->all_reduce(t);
+  group.all_reduce(t);
   auto sums = t.accessor<double, 1>();
   loss = sums[0];
+  if (!distiller_) return;
   step_terms_.lm = sums[1];
   step_terms_.logits = sums[2];
   step_terms_.activations = sums[3];
   int64_t i = 4;
   for (auto& [name, value] : step_terms_.per_pair) value = sums[i++];
+}
+
+std::set<std::string> Trainer::wanted_captures(bool inspect) const {
+  std::set<std::string> wanted = inspect ? inspector_->captures : std::set<std::string>{};
+  if (distiller_) {
+    auto s = distiller_->student_captures();
+    wanted.insert(s.begin(), s.end());
+  }
+  return wanted;
 }
 
 void Trainer::log_line(const std::string& line) {
@@ -244,26 +254,18 @@ double Trainer::train_step() {
   for (size_t m = 0; m < micro.size() && !pipeline_; ++m) {
     const bool inspect = inspector_ && m == 0 && !inspector_->captures.empty();
     if (dp_sync_ && m + 1 == micro.size()) dp_sync_->arm();
-    torch::Tensor loss = micro_batch_loss(micro[m], target_count,
-                                          inspect ? inspector_->captures : std::set<std::string>{},
-                                          progress_.step + 1);
+    torch::Tensor loss = micro_batch_loss(micro[m], target_count, inspect, progress_.step + 1);
     loss.backward();
     loss_value += loss.item<double>();
   }
-  if (pipeline_) sum_over_pipeline(loss_value);
-  if (distiller_) {  // the parts are logged per step; LM-only runs need no extra reduction
-    step_terms_.lm = dp_sum(step_terms_.lm);
-    step_terms_.logits = dp_sum(step_terms_.logits);
-    step_terms_.activations = dp_sum(step_terms_.activations);
-    for (auto& [name, value] : step_terms_.per_pair) value = dp_sum(value);
-  }
+  if (pipeline_) sum_step_over(*pipeline_, loss_value);  // each stage computed its own parts
   // DP buckets first: finish() writes the bucket sums back over .grad(), so the TP partial
   // sums must come after it (both are sums, so the order is otherwise free).
   if (dp_sync_) dp_sync_->finish();
   if (config_.model.tied_embeddings && mesh_ && mesh_->embedding())
     sum_tied_grads(*store_, "embed.weight", *mesh_->embedding());
   sum_partial_tp_grads(*store_, tp_);
-  loss_value = dp_sum(loss_value);
+  if (dp_size_ > 1) sum_step_over(mesh_->dp(), loss_value);
   if (!distiller_) step_terms_.lm = loss_value;
   if (zero_) zero_->reduce_scatter_gradients(*store_);
   if (inspector_ && inspector_->on_gradients)

@@ -84,15 +84,19 @@ class Trainer {
 
  private:
   torch::Tensor to_tensor(const std::vector<int64_t>& values, int64_t batch) const;
-  // Loss of one micro-batch divided by target_count (LM only, or the distillation mix).
-  torch::Tensor micro_batch_loss(const TokenBatch& batch, double target_count,
-                                 const std::set<std::string>& inspect, int64_t step);
+  // Loss of one micro-batch divided by target_count (LM only, or the distillation mix);
+  // `inspect`: record the inspector's capture points and hand them to it.
+  torch::Tensor micro_batch_loss(const TokenBatch& batch, double target_count, bool inspect,
+                                 int64_t step);
+  // The capture points a micro-batch records: the distillation pairs' (on this stage) and,
+  // when inspecting, the inspector's.
+  std::set<std::string> wanted_captures(bool inspect) const;
   void initialise_student();
   void build_distiller();
   void log_line(const std::string& line);
   double dp_sum(double value);
-  // Sums the step's loss and its parts over the pipeline stages (each computed its own).
-  void sum_over_pipeline(double& loss);
+  // Sums the step's loss and its parts over `group` (pipeline stages, DP ranks).
+  void sum_step_over(parallel::Communicator& group, double& loss);
 
   // Pipeline parallelism (trainer_pipeline.cpp): one step's micro-batches through this
   // stage in 1F1B order, returning this stage's part of the loss; and the summed validation

@@ -78,11 +78,7 @@ double Trainer::pipeline_micro_batches(const std::vector<TokenBatch>& micro, dou
       if (teacher_travels) t = received.narrow(2, student_width, teacher_width).contiguous();
     }
     const bool inspect = inspector_ && m == 0 && !inspector_->captures.empty();
-    std::set<std::string> wanted = inspect ? inspector_->captures : std::set<std::string>{};
-    if (distiller_) {
-      auto s = distiller_->student_captures();
-      wanted.insert(s.begin(), s.end());
-    }
+    const std::set<std::string> wanted = wanted_captures(inspect);
     layers::CaptureSink sink(wanted);
     layers::CaptureSink teacher_sink(distiller_ ? distiller_->teacher_captures()
                                                 : std::set<std::string>{});
