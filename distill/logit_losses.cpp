@@ -1,6 +1,7 @@
 // distill/logit_losses.cpp: see logit_losses.h.
 #include "distill/logit_losses.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "common/user_error.h"
@@ -11,48 +12,60 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+constexpr double kInfinity = std::numeric_limits<double>::infinity();
+
 void tp_reduce(torch::Tensor& t, parallel::Communicator* group, parallel::ReduceOp op) {
   if (group && group->size() > 1) group->all_reduce(t, op);
 }
 
-// log-sum-exp over the split vocabulary of x [n, local] (padded entries already -inf).
+// log-sum-exp over the split vocabulary of x [n, local]; a rank may hold no column at all
+// (its whole slice is padding), and then contributes nothing.
 torch::Tensor split_logsumexp(const torch::Tensor& x, parallel::Communicator* group) {
   if (!group || group->size() == 1) return torch::logsumexp(x, -1);  // one fused kernel
-  torch::Tensor max = std::get<0>(x.max(-1)).contiguous();
+  torch::Tensor max = x.size(-1) > 0 ? std::get<0>(x.max(-1)).contiguous()
+                                     : torch::full({x.size(0)}, -kInfinity, x.options());
   tp_reduce(max, group, parallel::ReduceOp::Max);
   torch::Tensor sum = (x - max.unsqueeze(-1)).exp().sum(-1).contiguous();
   tp_reduce(sum, group, parallel::ReduceOp::Sum);
   return sum.log() + max;
 }
 
-// x / T with padded vocabulary set to -inf; no copy when neither applies (the common case).
-torch::Tensor scaled_and_masked(const torch::Tensor& x, double temperature,
-                                const torch::Tensor& valid, bool padded) {
-  torch::Tensor y = temperature == 1.0 ? x : x / temperature;
-  if (padded) y = y.masked_fill(~valid, -std::numeric_limits<double>::infinity());
-  return y;
+torch::Tensor scaled(const torch::Tensor& x, double temperature) {
+  return temperature == 1.0 ? x : x / temperature;  // no copy in the common case
 }
 
-// Per-token partial loss on this rank's vocabulary slice; valid marks real vocabulary.
+// Per-token partial loss on this rank's (real) vocabulary slice.
 torch::Tensor partial_loss(LogitLoss kind, const torch::Tensor& log_q, const torch::Tensor& log_p,
-                           const torch::Tensor& valid, bool padded, bool sparse_teacher) {
+                           bool sparse_teacher) {
   torch::Tensor term;
   switch (kind) {
     case LogitLoss::ForwardKL: term = log_p.exp().mul_(log_p - log_q); break;
     case LogitLoss::ReverseKL: term = log_q.exp().mul_(log_q - log_p); break;
     case LogitLoss::SoftCrossEntropy: term = log_p.exp().mul_(log_q).neg_(); break;
   }
-  // Padded entries are -inf in both, so their terms are NaN: drop them; so are entries a
-  // top-k teacher leaves out (p = 0) in the forward KL.
-  if (padded) term = torch::where(valid, term, torch::zeros({}, term.options()));
+  // Entries a top-k teacher leaves out (p = 0) give 0 * -inf in the forward KL: drop them.
   if (sparse_teacher && kind == LogitLoss::ForwardKL)
     term = torch::where(log_p.isinf(), torch::zeros({}, term.options()), term);
   return term.sum(-1);
 }
 
-// The k-th largest teacher logit per token over the whole (split) vocabulary.
-torch::Tensor top_k_threshold(const torch::Tensor& tt, int64_t k, parallel::Communicator* group) {
-  torch::Tensor local = std::get<0>(tt.topk(std::min(k, tt.size(1)), 1)).contiguous();
+// out[i, target_i] -= c_i for the tokens whose target lies in this rank's real columns (a
+// rank with none, its slice all padding, has nothing to subtract).
+void subtract_target_one_hot(torch::Tensor& out, const torch::Tensor& c, const torch::Tensor& hit,
+                             const torch::Tensor& local_index) {
+  if (out.size(1) == 0) return;
+  out.scatter_add_(1, local_index.unsqueeze(1), (-c * hit.to(c.dtype())).unsqueeze(1));
+}
+
+// The k-th largest teacher logit per token over the whole (split) vocabulary. Every rank
+// contributes the same number of candidates (min(k, padded local width), -inf where it has
+// fewer real entries), as the gather needs.
+torch::Tensor top_k_threshold(const torch::Tensor& tt, int64_t k, int64_t padded_local,
+                              parallel::Communicator* group) {
+  const int64_t candidates = std::min(k, padded_local);
+  torch::Tensor local = torch::full({tt.size(0), candidates}, -kInfinity, tt.options());
+  const int64_t have = std::min(candidates, tt.size(1));
+  if (have > 0) local.narrow(1, 0, have).copy_(std::get<0>(tt.topk(have, 1)));
   if (group && group->size() > 1) local = group->all_gather(local, 1);
   return std::get<0>(local.topk(k, 1)).select(1, k - 1).contiguous();
 }
@@ -60,6 +73,11 @@ torch::Tensor top_k_threshold(const torch::Tensor& tt, int64_t k, parallel::Comm
 // Outputs [kd, ce]: the weighted sums of the logit loss (times the T^2 scale) and, when hard
 // targets are given, of the LM cross-entropy on the same student logits. Computing both in
 // one function lets the cross-entropy's softmax be recomputed in backward instead of kept.
+//
+// Padding: a rank's slice may end in padded vocabulary (or be padding only). Everything is
+// computed on the real columns [0, real) of the slice, so every rank takes the same path and
+// the log-sum-exp correction of the dense form is added once, identically on every rank;
+// padded columns get a zero gradient.
 struct LogitDistillation : torch::autograd::Function<LogitDistillation> {
   // s, t: [n, local]; w: [n]; targets: [n] or empty.
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor s, torch::Tensor t,
@@ -68,32 +86,29 @@ struct LogitDistillation : torch::autograd::Function<LogitDistillation> {
                                double scale, int64_t chunk, int64_t top_k,
                                parallel::Communicator* group) {
     const int64_t n = s.size(0), local = s.size(1);
+    const int64_t real = std::clamp<int64_t>(vocab_size - vocab_start, 0, local);
     const bool with_ce = targets.numel() > 0;
-    const bool dense = vocab_start + local <= vocab_size && top_k == 0 &&
-                       LogitLoss(kind) != LogitLoss::ReverseKL;
+    // The same on every rank: the dense form needs a full teacher and p log p terms that vanish.
+    const bool dense = top_k == 0 && LogitLoss(kind) != LogitLoss::ReverseKL;
+    torch::Tensor sr = s.narrow(1, 0, real), tr = t.narrow(1, 0, real);
     torch::Tensor threshold = torch::empty({top_k > 0 ? n : 0}, s.options());
-    torch::Tensor valid =
-        (torch::arange(vocab_start, vocab_start + local, torch::kLong) < vocab_size).unsqueeze(0);
-    const bool padded = vocab_start + local > vocab_size;
     torch::Tensor lse_s = torch::empty({n}, s.options()), lse_t = torch::empty({n}, s.options());
     torch::Tensor lse_1 = lse_s;  // log-sum-exp at T = 1, for the cross-entropy
     if (with_ce && temperature != 1.0) lse_1 = torch::empty({n}, s.options());
     torch::Tensor per_token = torch::empty({n}, s.options());
     for (int64_t start = 0; start < n; start += chunk) {
       const int64_t len = std::min(chunk, n - start);
-      // Padded vocabulary never counts, whether or not the caller masked it already.
-      torch::Tensor ss = scaled_and_masked(s.narrow(0, start, len), temperature, valid, padded);
-      torch::Tensor tt = scaled_and_masked(t.narrow(0, start, len), temperature, valid, padded);
+      torch::Tensor ss = scaled(sr.narrow(0, start, len), temperature);
+      torch::Tensor tt = scaled(tr.narrow(0, start, len), temperature);
       if (top_k > 0) {
         torch::Tensor th = threshold.narrow(0, start, len);
-        th.copy_(top_k_threshold(tt, top_k, group));
-        tt = tt.masked_fill(tt < th.unsqueeze(-1), -std::numeric_limits<double>::infinity());
+        th.copy_(top_k_threshold(tt, top_k, local, group));
+        tt = tt.masked_fill(tt < th.unsqueeze(-1), -kInfinity);
       }
       lse_s.narrow(0, start, len).copy_(split_logsumexp(ss, group));
       lse_t.narrow(0, start, len).copy_(split_logsumexp(tt, group));
       if (with_ce && temperature != 1.0)
-        lse_1.narrow(0, start, len).copy_(
-            split_logsumexp(scaled_and_masked(s.narrow(0, start, len), 1.0, valid, padded), group));
+        lse_1.narrow(0, start, len).copy_(split_logsumexp(sr.narrow(0, start, len), group));
       if (dense) {  // fewer passes: the log-sum-exps are added once after the reduction
         torch::Tensor p = (tt - lse_t.narrow(0, start, len).unsqueeze(-1)).exp_();
         per_token.narrow(0, start, len)
@@ -103,8 +118,7 @@ struct LogitDistillation : torch::autograd::Function<LogitDistillation> {
       }
       torch::Tensor log_q = ss - lse_s.narrow(0, start, len).unsqueeze(-1);
       torch::Tensor log_p = tt - lse_t.narrow(0, start, len).unsqueeze(-1);
-      per_token.narrow(0, start, len).copy_(
-          partial_loss(LogitLoss(kind), log_q, log_p, valid, padded, top_k > 0));
+      per_token.narrow(0, start, len).copy_(partial_loss(LogitLoss(kind), log_q, log_p, top_k > 0));
     }
     tp_reduce(per_token, group, parallel::ReduceOp::Sum);
     // Dense forms: sum p (log p - log q) = sum p (t - s) + lse_s - lse_t and
@@ -112,8 +126,8 @@ struct LogitDistillation : torch::autograd::Function<LogitDistillation> {
     if (dense) per_token += LogitLoss(kind) == LogitLoss::ForwardKL ? lse_s - lse_t : lse_s;
     torch::Tensor ce_sum = torch::zeros({}, s.options());
     torch::Tensor local_index = torch::zeros({0}, torch::kLong), hit = torch::zeros({0}, torch::kBool);
-    if (with_ce) {
-      hit = (targets >= vocab_start) & (targets < vocab_start + local);
+    if (with_ce) {  // real targets only ever hit real columns
+      hit = (targets >= vocab_start) & (targets < vocab_start + real);
       local_index = torch::where(hit, targets - vocab_start, torch::zeros_like(targets));
       torch::Tensor target_logit = torch::where(hit, s.gather(1, local_index.unsqueeze(1)).squeeze(1),
                                                 torch::zeros({}, s.options()))
@@ -122,8 +136,7 @@ struct LogitDistillation : torch::autograd::Function<LogitDistillation> {
       ce_sum = ((lse_1 - target_logit) * w).sum();
     }
     ctx->save_for_backward({s, t, w, lse_s, lse_t, per_token, lse_1, local_index, hit, threshold});
-    ctx->saved_data["vocab_start"] = vocab_start;
-    ctx->saved_data["vocab_size"] = vocab_size;
+    ctx->saved_data["real"] = real;
     ctx->saved_data["kind"] = kind;
     ctx->saved_data["temperature"] = temperature;
     ctx->saved_data["scale"] = scale;
@@ -137,74 +150,62 @@ struct LogitDistillation : torch::autograd::Function<LogitDistillation> {
     torch::Tensor s = saved[0], t = saved[1], w = saved[2], lse_s = saved[3], lse_t = saved[4],
                   per_token = saved[5], lse_1 = saved[6], local_index = saved[7], hit = saved[8],
                   threshold = saved[9];
-    const int64_t start_vocab = ctx->saved_data["vocab_start"].toInt();
-    const int64_t vocab_size = ctx->saved_data["vocab_size"].toInt();
+    const int64_t real = ctx->saved_data["real"].toInt();
     const auto kind = LogitLoss(ctx->saved_data["kind"].toInt());
     const double temperature = ctx->saved_data["temperature"].toDouble();
     const double scale = ctx->saved_data["scale"].toDouble();
     const int64_t chunk = ctx->saved_data["chunk"].toInt();
     const bool with_ce = ctx->saved_data["with_ce"].toBool();
     const int64_t n = s.size(0), local = s.size(1);
-    torch::Tensor valid =
-        (torch::arange(start_vocab, start_vocab + local, torch::kLong) < vocab_size).unsqueeze(0);
-    const bool padded = start_vocab + local > vocab_size;
-    const bool dense = !padded && threshold.numel() == 0 && kind != LogitLoss::ReverseKL;
+    const bool dense = threshold.numel() == 0 && kind != LogitLoss::ReverseKL;
     // d/ds of the logit loss is (...) / T per token; of the cross-entropy softmax - one-hot.
     torch::Tensor kd_coefficient = grad_outputs[0][0] * w * (scale / temperature);
     torch::Tensor ce_coefficient = grad_outputs[0][1] * w;
-    torch::Tensor grad = torch::empty_like(s);
-    torch::Tensor zero = torch::zeros({}, s.options());
+    // Padded columns keep a zero gradient; the real ones are all written below.
+    torch::Tensor grad = real < local ? torch::zeros_like(s) : torch::empty_like(s);
+    torch::Tensor sr = s.narrow(1, 0, real), tr = t.narrow(1, 0, real);
+    torch::Tensor grad_real = grad.narrow(1, 0, real);
     for (int64_t start = 0; start < n; start += chunk) {
       const int64_t len = std::min(chunk, n - start);
-      torch::Tensor log_q = scaled_and_masked(s.narrow(0, start, len), temperature, valid, padded) -
-                            lse_s.narrow(0, start, len).unsqueeze(-1);
-      torch::Tensor out = grad.narrow(0, start, len);
+      torch::Tensor ss = scaled(sr.narrow(0, start, len), temperature);
+      torch::Tensor out = grad_real.narrow(0, start, len);
       torch::Tensor kd_c = kd_coefficient.narrow(0, start, len).unsqueeze(-1);
+      torch::Tensor c = ce_coefficient.narrow(0, start, len);
       if (dense && (!with_ce || temperature == 1.0)) {  // q and p written in place
-        torch::Tensor ss = s.narrow(0, start, len);
-        if (temperature != 1.0) ss = ss / temperature;
         torch::sub_out(out, ss, lse_s.narrow(0, start, len).unsqueeze(-1));
         out.exp_();  // q
-        torch::Tensor p = ((temperature == 1.0 ? t.narrow(0, start, len)
-                                                : t.narrow(0, start, len) / temperature) -
+        torch::Tensor p = (scaled(tr.narrow(0, start, len), temperature) -
                            lse_t.narrow(0, start, len).unsqueeze(-1))
                               .exp_();
         if (with_ce) {  // (q - p) kd + (q - onehot) ce, with q at T = 1
-          torch::Tensor c = ce_coefficient.narrow(0, start, len);
           out.mul_(kd_c + c.unsqueeze(-1)).addcmul_(p, kd_c, -1);
-          torch::Tensor h = hit.narrow(0, start, len).to(c.dtype());
-          out.scatter_add_(1, local_index.narrow(0, start, len).unsqueeze(1), (-c * h).unsqueeze(1));
+          subtract_target_one_hot(out, c, hit.narrow(0, start, len),
+                                  local_index.narrow(0, start, len));
         } else {
           out.sub_(p).mul_(kd_c);
         }
         continue;
       }
-      torch::Tensor tt = scaled_and_masked(t.narrow(0, start, len), temperature, valid, padded);
+      torch::Tensor log_q = ss - lse_s.narrow(0, start, len).unsqueeze(-1);
+      torch::Tensor tt = scaled(tr.narrow(0, start, len), temperature);
       if (threshold.numel() > 0)  // the same top-k teacher as in forward
-        tt = tt.masked_fill(tt < threshold.narrow(0, start, len).unsqueeze(-1),
-                            -std::numeric_limits<double>::infinity());
+        tt = tt.masked_fill(tt < threshold.narrow(0, start, len).unsqueeze(-1), -kInfinity);
       torch::Tensor log_p = tt - lse_t.narrow(0, start, len).unsqueeze(-1);
       torch::Tensor q = log_q.exp(), g;
       if (kind == LogitLoss::ReverseKL) {
-        torch::Tensor diff = log_q - log_p;
-        if (padded) diff = torch::where(valid, diff, zero);
-        g = q * diff.sub_(per_token.narrow(0, start, len).unsqueeze(-1));
+        g = q * (log_q - log_p).sub_(per_token.narrow(0, start, len).unsqueeze(-1));
       } else {  // forward KL and soft cross-entropy share the gradient q - p
         g = q - log_p.exp_();
       }
-      if (padded) g = torch::where(valid, g, zero);
       torch::mul_out(out, g, kd_c);
       if (with_ce) {
         torch::Tensor softmax =
             temperature == 1.0
                 ? q
-                : (scaled_and_masked(s.narrow(0, start, len), 1.0, valid, padded) -
-                   lse_1.narrow(0, start, len).unsqueeze(-1))
-                      .exp_();
-        torch::Tensor c = ce_coefficient.narrow(0, start, len);
+                : (sr.narrow(0, start, len) - lse_1.narrow(0, start, len).unsqueeze(-1)).exp_();
         out.addcmul_(softmax, c.unsqueeze(-1));
-        torch::Tensor h = hit.narrow(0, start, len).to(c.dtype());
-        out.scatter_add_(1, local_index.narrow(0, start, len).unsqueeze(1), (-c * h).unsqueeze(1));
+        subtract_target_one_hot(out, c, hit.narrow(0, start, len),
+                                local_index.narrow(0, start, len));
       }
     }
     variable_list result(12);
