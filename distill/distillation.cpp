@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "common/fault_injection.h"
 #include "common/user_error.h"
 #include "layers/capture.h"
 #include "layers/vocab_parallel.h"
@@ -114,6 +115,7 @@ torch::Tensor Distiller::output_loss(const torch::Tensor& student_logits,
         vocab_size, config_.logits, tp_);
     torch::Tensor kd = kd_sum / target_count;
     terms->logits += kd.item<double>();
+    if (fault_injected(Fault::LogitTermOneTpRank) && tp_.rank() != 0) kd = kd * 0;
     total = total + config_.logit_weight * kd;
     if (config_.lm_weight > 0) {
       torch::Tensor lm = ce_sum / target_count;
@@ -148,9 +150,11 @@ torch::Tensor Distiller::activation_loss(const torch::Tensor& targets,
     torch::Tensor s = student_sink.at(pair.student);
     if (projections_[i].defined()) s = torch::matmul(s, projections_[i].t());
     torch::Tensor t = teacher_sink.take(pair.teacher);  // freed once this loss is built
+    const double count = fault_injected(Fault::ActivationLocalTokens)
+                             ? local_weight.sum().item<double>()
+                             : target_count;
     torch::Tensor pair_loss =
-        activation_distillation_sum(s, t, local_weight, config_.activation_kind, tp_) /
-        target_count;
+        activation_distillation_sum(s, t, local_weight, config_.activation_kind, tp_) / count;
     terms->per_pair[pair.student] += pair_loss.item<double>();
     sum = sum.defined() ? sum + pair_loss : pair_loss;
   }

@@ -121,7 +121,7 @@ void save_checkpoint(const std::string& path, const layers::ParameterStore& stor
     datasets.emplace_back("/optimizer/exp_avg/" + p.spec.name, to_global(m, p.spec, tp));
     datasets.emplace_back("/optimizer/exp_avg_sq/" + p.spec.name, to_global(v, p.spec, tp));
   }
-  if (pipeline) datasets = parallel::collect_on_first_stage(*pipeline, std::move(datasets));
+  if (pipeline) datasets = parallel::collect_on_first_rank(*pipeline, std::move(datasets));
   if (!writer) return;
   fs::create_directories(fs::path(path).parent_path());
   const std::string temporary = path + ".partial";

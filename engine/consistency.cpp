@@ -10,6 +10,7 @@
 
 #include "common/user_error.h"
 #include "engine/h5_tensors.h"
+#include "engine/replica_invariants.h"
 #include "engine/sharding.h"
 #include "engine/trainer.h"
 #include "parallel/primitives.h"
@@ -63,9 +64,48 @@ std::string ConsistencyLayout::file_name() const {
   return f;
 }
 
+ConsistencyTolerances tolerances_for(const std::string& dtype) {
+  if (dtype == "float64") return {1e-10, 1e-9, 1e-9};
+  return {};
+}
+
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// "student/layers.0.mixer_output@12": the capture of a micro-batch whose first sample is the
+// 12th of the global batch.
+std::string placed_name(const std::string& name, int64_t first_sample) {
+  return name + "@" + std::to_string(first_sample);
+}
+
+// Puts each micro-batch's capture at its place in a [global_batch, ...] tensor per name.
+void place_activations(const parallel::NamedTensors& pieces, int64_t global_batch,
+                       std::map<std::string, torch::Tensor>* out) {
+  for (const auto& [placed, piece] : pieces) {
+    const size_t at = placed.rfind('@');
+    const std::string name = placed.substr(0, at);
+    const int64_t first = std::stoll(placed.substr(at + 1));
+    torch::Tensor& whole = (*out)[name];
+    if (!whole.defined()) {
+      std::vector<int64_t> shape = piece.sizes().vec();
+      shape[0] = global_batch;
+      whole = torch::full(shape, kNaN, torch::kDouble);
+    }
+    whole.narrow(0, first, piece.size(0)).copy_(piece);
+  }
+}
+
+// A double copy that owns its memory: in float64 runs `to` would return the live tensor
+// itself, which clipping and the next step then change under the record.
+torch::Tensor as_record(const torch::Tensor& t) {
+  return t.to(torch::kDouble, /*non_blocking=*/false, /*copy=*/true);
+}
+
+}  // namespace
+
 void run_consistency_layout(const Config& base, const ConsistencyLayout& layout,
-                            int64_t accumulation, int64_t compare_samples, MPI_Comm world,
-                            LayoutRecord* record) {
+                            int64_t accumulation, MPI_Comm world, LayoutRecord* record) {
   int world_rank = 0;
   MPI_Comm_rank(world, &world_rank);
   MPI_Comm comm;
@@ -76,11 +116,11 @@ void run_consistency_layout(const Config& base, const ConsistencyLayout& layout,
   Config config = base;
   const int64_t global_batch = base.get_int("training.global_batch");
   const int64_t micro = global_batch / (layout.data * accumulation);
-  if (micro < compare_samples || micro * layout.data * accumulation != global_batch)
+  if (micro < 1 || micro * layout.data * accumulation != global_batch)
     throw UserError("layout " + layout.name +
                     ": training.global_batch=" + std::to_string(global_batch) +
-                    " does not give micro-batches of at least " + std::to_string(compare_samples) +
-                    " samples with " + std::to_string(accumulation) + " accumulation steps");
+                    " does not split into " + std::to_string(layout.data) + " DP ranks x " +
+                    std::to_string(accumulation) + " accumulation steps");
   config.apply_override("parallel.tensor=" + std::to_string(layout.tensor));
   config.apply_override("parallel.data=" + std::to_string(layout.data));
   config.apply_override("parallel.pipeline=" + std::to_string(layout.pipeline));
@@ -99,28 +139,33 @@ void run_consistency_layout(const Config& base, const ConsistencyLayout& layout,
   Trainer trainer(train_config, nullptr, &mesh);
   const layers::TensorParallel& tp = trainer.tensor_parallel();
   const bool writer = mesh.world_rank() == 0;
-  const bool dp_first = mesh.coordinates().dp == 0;
-  // Stages send what they recorded to the writer over the writer's pipeline group.
-  parallel::Communicator* collect_over =
-      trainer.pipeline() && dp_first && mesh.coordinates().tp == 0 ? trainer.pipeline() : nullptr;
+  const bool tp_first = mesh.coordinates().tp == 0;
+  const bool gradient_sender = tp_first && mesh.coordinates().dp == 0;
 
   StepInspector inspector;
   for (int64_t l = 0; l < train_config.model.layers; ++l)
     for (const char* point : layers::kCapturePoints)
       inspector.captures.insert(layers::capture_name(l, point));
-  parallel::NamedTensors stage_activations;  // this stage's layers, kept until the step ends
-  inspector.on_captures = [&](int64_t step, layers::CaptureSink& sink) {
-    // Activations of the first samples of DP rank 0 (the same samples in every layout).
-    if (!dp_first) return;
-    for (const std::string& name : inspector.captures) {
+  if (distill::Teacher* teacher = trainer.teacher())
+    for (int64_t l = 0; l < teacher->config().layers; ++l)
+      for (const char* point : layers::kCapturePoints)
+        inspector.teacher_captures.insert(layers::capture_name(l, point));
+  parallel::NamedTensors activations;  // this rank's captures of the step, placed
+  auto keep = [&](const std::string& who, const std::set<std::string>& names,
+                  layers::CaptureSink& sink, int64_t first_sample) {
+    for (const std::string& name : names) {
       if (!sink.has(name)) continue;  // a layer of another pipeline stage
-      torch::Tensor a = sink.at(name).detach().narrow(0, 0, compare_samples).contiguous();
+      torch::Tensor a = sink.at(name).detach().contiguous();
       if (tp.sequence_parallel) a = tp.group->all_gather(a, parallel::kSequenceDim);
-      stage_activations.emplace_back(name, a.to(torch::kDouble));
+      if (tp_first) activations.emplace_back(placed_name(who + name, first_sample), as_record(a));
     }
   };
+  inspector.on_captures = [&](int64_t, int64_t first_sample, layers::CaptureSink& student,
+                              layers::CaptureSink& teacher) {
+    keep("student/", inspector.captures, student, first_sample);
+    keep("teacher/", inspector.teacher_captures, teacher, first_sample);
+  };
   inspector.on_gradients = [&](int64_t step, double loss) {
-    if (writer) record->losses.push_back(loss);
     parallel::NamedTensors gradients;
     for (auto& p : trainer.parameters().all()) {
       if (p.spec.frozen() || p.spec.tied_copy) continue;  // a tied copy's owner reports it
@@ -130,20 +175,40 @@ void run_consistency_layout(const Config& base, const ConsistencyLayout& layout,
         if (!local.defined()) local = torch::empty_like(p.value);
         zero->group().broadcast(local, zero->owner(i));
       }
-      gradients.emplace_back(p.spec.name, to_global(local, p.spec, tp).to(torch::kDouble));
+      if (!local.defined()) continue;  // never produced: missing from the record
+      torch::Tensor global = as_record(to_global(local, p.spec, tp));
+      if (gradient_sender) gradients.emplace_back(p.spec.name, global);
     }
-    if (collect_over) {
-      gradients = parallel::collect_on_first_stage(*collect_over, std::move(gradients));
-      stage_activations = parallel::collect_on_first_stage(*collect_over, stage_activations);
+    gradients = parallel::collect_on_first_rank(mesh.world(), std::move(gradients));
+    parallel::NamedTensors placed =
+        parallel::collect_on_first_rank(mesh.world(), std::move(activations));
+    activations.clear();
+    if (!writer) return;
+    StepRecord r;
+    r.loss = loss;
+    const distill::LossTerms& terms = trainer.last_terms();
+    r.terms["lm"] = terms.lm;
+    if (trainer.teacher()) {
+      r.terms["logit"] = terms.logits;
+      r.terms["activation"] = terms.activations;
+      for (const auto& [name, value] : terms.per_pair) r.terms["activation." + name] = value;
     }
-    if (writer) {
-      for (auto& [name, g] : gradients) record->gradients[step][name] = g;
-      for (auto& [name, a] : stage_activations) record->activations[step][name] = a;
-    }
-    stage_activations.clear();
+    for (auto& [name, g] : gradients) r.gradients[name] = g;
+    place_activations(placed, train_config.training.global_batch, &r.activations);
+    record->steps.push_back(std::move(r));
   };
-  inspector.on_step_end = [&](int64_t, double norm) {
-    if (writer) record->grad_norms.push_back(norm);
+  inspector.on_step_end = [&](int64_t step, double norm) {
+    parallel::NamedTensors found;
+    for (const std::string& v : replica_invariant_violations(
+             trainer.parameters(), mesh, train_config.model.tied_embeddings))
+      found.emplace_back("step " + std::to_string(step) + ": " + v, torch::zeros({0}));
+    found = parallel::collect_on_first_rank(mesh.world(), std::move(found));
+    if (!writer) return;
+    record->steps.back().grad_norm = norm;
+    std::set<std::string> seen(record->replica_violations.begin(),
+                               record->replica_violations.end());
+    for (const auto& [message, unused] : found)
+      if (seen.insert(message).second) record->replica_violations.push_back(message);
   };
   trainer.set_inspector(&inspector);
   trainer.run();
@@ -154,102 +219,182 @@ void write_record(const std::string& path, const LayoutRecord& record) {
   std::filesystem::create_directories(std::filesystem::path(path).parent_path());
   H5Handle file{H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose};
   if (file.id < 0) throw UserError("cannot create '" + path + "'");
-  h5_write_tensor(file.id, "/losses", torch::tensor(record.losses, torch::kDouble));
-  h5_write_tensor(file.id, "/grad_norms", torch::tensor(record.grad_norms, torch::kDouble));
-  for (const auto& [step, grads] : record.gradients)
-    for (const auto& [name, g] : grads)
-      h5_write_tensor(file.id, "/step_" + std::to_string(step) + "/gradients/" + name, g);
-  for (const auto& [step, acts] : record.activations)
-    for (const auto& [name, a] : acts)
-      h5_write_tensor(file.id, "/step_" + std::to_string(step) + "/activations/" + name, a);
+  std::vector<double> losses, norms;
+  for (const StepRecord& s : record.steps) losses.push_back(s.loss), norms.push_back(s.grad_norm);
+  h5_write_tensor(file.id, "/losses", torch::tensor(losses, torch::kDouble));
+  h5_write_tensor(file.id, "/grad_norms", torch::tensor(norms, torch::kDouble));
+  for (size_t i = 0; i < record.steps.size(); ++i) {
+    const StepRecord& s = record.steps[i];
+    const std::string step = "/step_" + std::to_string(i + 1);
+    for (const auto& [name, value] : s.terms)
+      h5_write_tensor(file.id, step + "/terms/" + name, torch::tensor({value}, torch::kDouble));
+    for (const auto& [name, g] : s.gradients) h5_write_tensor(file.id, step + "/gradients/" + name, g);
+    for (const auto& [name, a] : s.activations)
+      h5_write_tensor(file.id, step + "/activations/" + name, a);
+  }
 }
 
 namespace {
 
+constexpr double kInfinity = std::numeric_limits<double>::infinity();
+
 // Relative difference; anything not finite (NaN in either side) is infinitely different.
 double relative(const torch::Tensor& value, const torch::Tensor& reference) {
+  if (value.sizes() != reference.sizes()) return kInfinity;
   const double ref = reference.norm().item<double>();
   const double diff = (value - reference).norm().item<double>();
   const double r = ref > 0 ? diff / ref : diff;
-  return std::isfinite(r) ? r : std::numeric_limits<double>::infinity();
+  return std::isfinite(r) ? r : kInfinity;
 }
 
 double relative(double value, double reference) {
+  if (value == reference) return 0;
   const double r = std::abs(value - reference) / std::abs(reference);
-  return std::isfinite(r) ? r : std::numeric_limits<double>::infinity();
+  return std::isfinite(r) ? r : kInfinity;
 }
 
-// Worst relative difference over the tensors of `reference`; a tensor missing from `other`
-// or of another shape, or one `other` has in excess, counts as infinitely different.
-double worst(const std::map<std::string, torch::Tensor>& reference,
-             const std::map<std::string, torch::Tensor>& other, std::string* where) {
-  for (const auto& [name, tensor] : other)
-    if (!reference.count(name)) {
-      *where = name + " (not in the reference)";
-      return std::numeric_limits<double>::infinity();
-    }
-  double worst_value = 0;
-  for (const auto& [name, ref] : reference) {
-    auto it = other.find(name);
-    double r = std::numeric_limits<double>::infinity();
-    if (it != other.end() && it->second.sizes() == ref.sizes()) r = relative(it->second, ref);
-    if (r > worst_value || where->empty()) worst_value = std::max(worst_value, r), *where = name;
-  }
-  return worst_value;
+std::string at_step(const std::string& name, size_t step) {
+  return name + " @ step " + std::to_string(step + 1);
 }
+
+std::string scientific(double value) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.3e", value);
+  return text;
+}
+
+// One kind of quantity compared over one step: records the worst and every failure.
+struct Tally {
+  const char* kind;  // "gradient", "activation", "term"
+  double tolerance;
+  double* worst;
+  std::string* where;
+  std::vector<std::string>* failures;
+
+  void add(const std::string& name, size_t step, double r) {
+    if (r > *worst || where->empty()) *worst = std::max(*worst, r), *where = at_step(name, step);
+    if (!(r <= tolerance))
+      failures->push_back(std::string(kind) + " " + at_step(name, step) +
+                          ": relative difference " + scientific(r) + " > " +
+                          scientific(tolerance));
+  }
+  void missing(const std::string& name, size_t step, const char* side) {
+    *worst = kInfinity;
+    *where = at_step(name, step);
+    failures->push_back(std::string(kind) + " " + at_step(name, step) + ": " + side);
+  }
+  template <typename Value, typename Measure>
+  void compare(const std::map<std::string, Value>& reference,
+               const std::map<std::string, Value>& other, size_t step, Measure measure) {
+    for (const auto& [name, value] : other)
+      if (!reference.count(name)) missing(name, step, "recorded here but not in the reference");
+    for (const auto& [name, ref] : reference) {
+      auto it = other.find(name);
+      if (it == other.end())
+        missing(name, step, "in the reference but missing here");
+      else
+        add(name, step, measure(it->second, ref));
+    }
+  }
+};
+
+bool finite(const torch::Tensor& t) { return torch::isfinite(t).all().item<bool>(); }
 
 }  // namespace
+
+ComparisonRow check_reference(const std::string& name, const LayoutRecord& reference) {
+  ComparisonRow row;
+  row.layout = name + " (ref)";
+  if (reference.steps.empty()) row.failures.push_back("no step recorded");
+  for (size_t i = 0; i < reference.steps.size(); ++i) {
+    const StepRecord& s = reference.steps[i];
+    if (!std::isfinite(s.loss)) row.failures.push_back(at_step("loss", i) + " is not finite");
+    if (!std::isfinite(s.grad_norm))
+      row.failures.push_back(at_step("gradient norm", i) + " is not finite");
+    for (const auto& [term, value] : s.terms)
+      if (!std::isfinite(value)) row.failures.push_back(at_step("term " + term, i) + " is not finite");
+    if (s.gradients.empty()) row.failures.push_back(at_step("gradients", i) + ": none recorded");
+    for (const auto& [param, g] : s.gradients) {
+      if (!finite(g)) row.failures.push_back(at_step("gradient " + param, i) + " is not finite");
+      // Only trainable parameters are recorded: an exactly zero gradient means a part of the
+      // model the loss never reached, which would make every comparison of it vacuous.
+      else if (g.abs().max().item<double>() == 0)
+        row.failures.push_back(at_step("gradient " + param, i) +
+                               " is exactly zero for a trainable parameter");
+    }
+    for (const auto& [capture, a] : s.activations)
+      if (!finite(a))
+        row.failures.push_back(at_step("activation " + capture, i) +
+                               " is not finite (or a micro-batch never arrived)");
+  }
+  row.replica_violations = int64_t(reference.replica_violations.size());
+  for (const std::string& v : reference.replica_violations) row.failures.push_back(v);
+  return row;
+}
 
 ComparisonRow compare_records(const std::string& name, const LayoutRecord& reference,
                               const LayoutRecord& other, const ConsistencyTolerances& tol) {
   ComparisonRow row;
   row.layout = name;
-  if (other.losses.size() != reference.losses.size()) {
-    row.ok = false;
-    row.loss = std::numeric_limits<double>::infinity();
+  if (other.steps.size() != reference.steps.size()) {
+    row.failures.push_back("ran " + std::to_string(other.steps.size()) + " steps, the reference " +
+                           std::to_string(reference.steps.size()));
+    row.loss = kInfinity;
     return row;
   }
-  for (size_t i = 0; i < reference.losses.size(); ++i)
-    row.loss = std::max(row.loss, relative(other.losses[i], reference.losses[i]));
-  for (size_t i = 0; i < reference.grad_norms.size(); ++i)
-    row.grad_norm =
-        std::max(row.grad_norm, i < other.grad_norms.size()
-                                    ? relative(other.grad_norms[i], reference.grad_norms[i])
-                                    : std::numeric_limits<double>::infinity());
-  const int64_t first = 1;
-  row.gradient =
-      worst(reference.gradients.at(first), other.gradients.at(first), &row.worst_gradient);
-  row.activation =
-      worst(reference.activations.at(first), other.activations.at(first), &row.worst_activation);
-  row.ok = row.loss <= tol.loss && row.grad_norm <= tol.loss && row.gradient <= tol.gradient &&
-           row.activation <= tol.activation;
+  std::string loss_where, norm_where;
+  Tally losses{"loss", tol.loss, &row.loss, &loss_where, &row.failures};
+  Tally norms{"gradient norm", tol.loss, &row.grad_norm, &norm_where, &row.failures};
+  Tally terms{"term", tol.loss, &row.terms, &row.worst_term, &row.failures};
+  Tally gradients{"gradient", tol.gradient, &row.gradient, &row.worst_gradient, &row.failures};
+  Tally activations{"activation", tol.activation, &row.activation, &row.worst_activation,
+                    &row.failures};
+  auto scalar = [](double a, double b) { return relative(a, b); };
+  auto tensor = [](const torch::Tensor& a, const torch::Tensor& b) { return relative(a, b); };
+  for (size_t i = 0; i < reference.steps.size(); ++i) {
+    const StepRecord &ref = reference.steps[i], &s = other.steps[i];
+    losses.add("loss", i, relative(s.loss, ref.loss));
+    norms.add("|g|", i, relative(s.grad_norm, ref.grad_norm));
+    terms.compare(ref.terms, s.terms, i, scalar);
+    gradients.compare(ref.gradients, s.gradients, i, tensor);
+    activations.compare(ref.activations, s.activations, i, tensor);
+  }
+  row.replica_violations = int64_t(other.replica_violations.size());
+  for (const std::string& v : other.replica_violations) row.failures.push_back(v);
   return row;
 }
 
 std::string format_comparison_table(const std::vector<ComparisonRow>& rows,
-                                    const ConsistencyTolerances& tol) {
+                                    const ConsistencyTolerances& tol, size_t max_failures) {
   std::ostringstream os;
-  char line[512];
-  std::snprintf(line, sizeof(line),
-                "| %-12s | %-12s | %-12s | %-12s | %-40s | %-12s | %-34s | %-4s |\n", "layout",
-                "loss (all)", "|g| (all)", "grad step 1", "worst gradient", "act step 1",
-                "worst activation", "ok");
+  char line[768];
+  const char* format = "| %-16s | %-9s | %-9s | %-9s | %-30s | %-9s | %-42s | %-9s | %-42s | %-8s | %-3s |\n";
+  std::snprintf(line, sizeof(line), format, "layout", "loss", "|g|", "terms", "worst term",
+                "gradients", "worst gradient", "activ.", "worst activation", "replicas", "ok");
   os << line;
-  os << "|--------------|--------------|--------------|--------------|-----------------------------"
-        "-------------|"
-        "--------------|------------------------------------|------|\n";
+  std::snprintf(line, sizeof(line), format, "---", "---", "---", "---", "---", "---", "---", "---",
+                "---", "---", "---");
+  os << line;
   for (const ComparisonRow& r : rows) {
     std::snprintf(line, sizeof(line),
-                  "| %-12s | %12.3e | %12.3e | %12.3e | %-40s | %12.3e | %-34s | %-4s |\n",
-                  r.layout.c_str(), r.loss, r.grad_norm, r.gradient, r.worst_gradient.c_str(),
-                  r.activation, r.worst_activation.c_str(), r.ok ? "yes" : "NO");
+                  "| %-16s | %9.2e | %9.2e | %9.2e | %-30s | %9.2e | %-42s | %9.2e | %-42s | %8lld | "
+                  "%-3s |\n",
+                  r.layout.c_str(), r.loss, r.grad_norm, r.terms, r.worst_term.c_str(), r.gradient,
+                  r.worst_gradient.c_str(), r.activation, r.worst_activation.c_str(),
+                  (long long)r.replica_violations, r.ok() ? "yes" : "NO");
     os << line;
   }
   std::snprintf(line, sizeof(line),
-                "relative differences against the reference; tolerances: loss %.0e, gradient "
-                "%.0e, activation %.0e\n",
+                "worst relative differences against the reference over every step; tolerances: "
+                "loss, terms and |g| %.0e, gradients %.0e, activations %.0e\n",
                 tol.loss, tol.gradient, tol.activation);
   os << line;
+  for (const ComparisonRow& r : rows) {
+    for (size_t i = 0; i < r.failures.size() && i < max_failures; ++i)
+      os << "FAIL " << r.layout << ": " << r.failures[i] << "\n";
+    if (r.failures.size() > max_failures)
+      os << "FAIL " << r.layout << ": ... and " << r.failures.size() - max_failures << " more\n";
+  }
   return os.str();
 }
 

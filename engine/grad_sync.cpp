@@ -1,6 +1,8 @@
 // engine/grad_sync.cpp: see grad_sync.h.
 #include "engine/grad_sync.h"
 
+#include "common/fault_injection.h"
+
 namespace retort::engine {
 namespace {
 
@@ -23,8 +25,11 @@ void sum_tied_grads(layers::ParameterStore& store, const std::string& name,
 void sum_partial_tp_grads(layers::ParameterStore& store, const layers::TensorParallel& tp) {
   if (tp.size() == 1) return;
   std::vector<layers::Parameter*> params;
-  for (auto& p : store.all())
+  for (auto& p : store.all()) {
+    if (fault_injected(Fault::TpNormGradNotSummed) && p.spec.name.find("norm") != std::string::npos)
+      continue;
     if (!p.spec.frozen() && p.spec.needs_tp_grad_sum(tp.sequence_parallel)) params.push_back(&p);
+  }
   if (params.empty()) return;
   std::vector<torch::Tensor> flats;
   for (auto* p : params) flats.push_back(grad_or_zeros(*p).reshape({-1}));
@@ -101,6 +106,7 @@ void DataParallelGradSync::finish() {
     for (size_t k : bucket.params) {
       torch::Tensor g = store_.all()[k].value.mutable_grad();
       g.view({-1}).copy_(bucket.buffer.narrow(0, offset, g.numel()));
+      if (fault_injected(Fault::DpGradNotAveraged)) g.mul_(dp_.size());
       offset += g.numel();
     }
     bucket.ready = 0;

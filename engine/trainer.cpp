@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <ostream>
 
+#include "common/fault_injection.h"
 #include "common/user_error.h"
 #include "engine/batches.h"
 #include "engine/gemm_peak.h"
@@ -166,25 +167,26 @@ void Trainer::build_distiller() {
       std::make_unique<distill::Distiller>(dc, *teacher_, config_.model, *store_, tp_, stage_);
 }
 
-torch::Tensor Trainer::micro_batch_loss(const TokenBatch& b, double target_count, bool inspect,
-                                        int64_t step) {
+torch::Tensor Trainer::micro_batch_loss(const TokenBatch& b, double target_count,
+                                        int64_t first_sample, int64_t step) {
   torch::Tensor tokens = to_tensor(b.inputs, b.batch), targets = to_tensor(b.targets, b.batch);
-  const std::set<std::string> wanted = wanted_captures(inspect);
-  layers::CaptureSink sink(wanted);
-  layers::CaptureSink* sink_or_null = wanted.empty() ? nullptr : &sink;
-  torch::Tensor loss;
+  layers::CaptureSink sink(wanted_captures()), teacher_sink(wanted_teacher_captures());
+  layers::CaptureSink* sink_or_null = sink.wants_any() ? &sink : nullptr;
+  const bool inspect = inspecting_captures();
   if (!distiller_) {
-    loss = model_->loss_sum(tokens, targets, sink_or_null) / target_count;  // lm = total
-  } else {
-    layers::CaptureSink teacher_sink(distiller_->teacher_captures());
-    torch::Tensor teacher_logits =
-        distiller_->needs_teacher() ? teacher_->forward(tokens, &teacher_sink) : torch::Tensor();
-    torch::Tensor logits = model_->forward(tokens, sink_or_null);
-    loss = distiller_->loss(logits, teacher_logits, targets, sink, teacher_sink, target_count,
-                            config_.model.vocab_size, &step_terms_);
+    torch::Tensor loss = model_->loss_sum(tokens, targets, sink_or_null) / target_count;
+    if (inspect) inspector_->on_captures(step, first_sample, sink, teacher_sink);
+    return loss;
   }
-  if (inspect && inspector_->on_captures) inspector_->on_captures(step, sink);
-  return loss;
+  torch::Tensor teacher_logits =
+      distiller_->needs_teacher() || teacher_sink.wants_any()
+          ? teacher_->forward(tokens, &teacher_sink)
+          : torch::Tensor();
+  torch::Tensor logits = model_->forward(tokens, sink_or_null);
+  // Before the distiller takes (and frees) the teacher's captures.
+  if (inspect) inspector_->on_captures(step, first_sample, sink, teacher_sink);
+  return distiller_->loss(logits, teacher_logits, targets, sink, teacher_sink, target_count,
+                          config_.model.vocab_size, &step_terms_);
 }
 
 double Trainer::dp_sum(double value) {
@@ -213,12 +215,21 @@ void Trainer::sum_step_over(parallel::Communicator& group, double& loss) {
   for (auto& [name, value] : step_terms_.per_pair) value = sums[i++];
 }
 
-std::set<std::string> Trainer::wanted_captures(bool inspect) const {
-  std::set<std::string> wanted = inspect ? inspector_->captures : std::set<std::string>{};
+std::set<std::string> Trainer::wanted_captures() const {
+  std::set<std::string> wanted = inspector_ ? inspector_->captures : std::set<std::string>{};
   if (distiller_) {
     auto s = distiller_->student_captures();
     wanted.insert(s.begin(), s.end());
   }
+  return wanted;
+}
+
+std::set<std::string> Trainer::wanted_teacher_captures() const {
+  if (!distiller_) return {};
+  std::set<std::string> wanted =
+      inspector_ ? inspector_->teacher_captures : std::set<std::string>{};
+  auto t = distiller_->teacher_captures();
+  wanted.insert(t.begin(), t.end());
   return wanted;
 }
 
@@ -234,10 +245,12 @@ double Trainer::train_step() {
   const TrainingConfig& t = config_.training;
   BatchPlan plan(t.global_batch, t.micro_batch, dp_size_, dp_rank_);
   std::vector<TokenBatch> micro;
+  std::vector<int64_t> first_samples;  // of each micro-batch, in the global batch
   int64_t local_targets = 0;
   for (int64_t m = 0; m < plan.micro_batches_per_step(); ++m) {
-    micro.push_back(
-        read_batch(*streams_.train, plan.first_sample(progress_.step, m), t.micro_batch));
+    const int64_t first = plan.first_sample(progress_.step, m);
+    first_samples.push_back(first - progress_.step * t.global_batch);
+    micro.push_back(read_batch(*streams_.train, first, t.micro_batch));
     local_targets += int64_t(micro.back().targets.size());  // no padding: every target counts
   }
   // Losses are normalised by the target count of the whole global batch.
@@ -250,11 +263,11 @@ double Trainer::train_step() {
   if (distiller_ && distiller_->uses_activations())  // every stage reports every pair
     for (const distill::ActivationPair& pair : distiller_->pairs())
       step_terms_.per_pair[pair.student] = 0;
-  if (pipeline_) loss_value = pipeline_micro_batches(micro, target_count);
+  if (pipeline_) loss_value = pipeline_micro_batches(micro, first_samples, target_count);
   for (size_t m = 0; m < micro.size() && !pipeline_; ++m) {
-    const bool inspect = inspector_ && m == 0 && !inspector_->captures.empty();
     if (dp_sync_ && m + 1 == micro.size()) dp_sync_->arm();
-    torch::Tensor loss = micro_batch_loss(micro[m], target_count, inspect, progress_.step + 1);
+    torch::Tensor loss =
+        micro_batch_loss(micro[m], target_count, first_samples[m], progress_.step + 1);
     loss.backward();
     loss_value += loss.item<double>();
   }
@@ -262,9 +275,14 @@ double Trainer::train_step() {
   // DP buckets first: finish() writes the bucket sums back over .grad(), so the TP partial
   // sums must come after it (both are sums, so the order is otherwise free).
   if (dp_sync_) dp_sync_->finish();
-  if (config_.model.tied_embeddings && mesh_ && mesh_->embedding())
+  if (config_.model.tied_embeddings && mesh_ && mesh_->embedding() &&
+      !fault_injected(Fault::TiedSumSkipped))
     sum_tied_grads(*store_, "embed.weight", *mesh_->embedding());
   sum_partial_tp_grads(*store_, tp_);
+  if (layers::Parameter* p = store_->find(kFaultParameter)) {
+    if (fault_injected(Fault::GradScaled)) p->value.mutable_grad().mul_(1 + 1e-3);
+    if (fault_injected(Fault::GradMissing)) p->value.mutable_grad().reset();
+  }
   if (dp_size_ > 1) sum_step_over(mesh_->dp(), loss_value);
   if (!distiller_) step_terms_.lm = loss_value;
   if (zero_) zero_->reduce_scatter_gradients(*store_);

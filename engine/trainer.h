@@ -31,15 +31,25 @@ namespace retort::engine {
 
 // Optional observers of a step, for the consistency suite and tools.
 struct StepInspector {
-  std::set<std::string> captures;  // capture points to record on the first micro-batch
-  // After the first micro-batch's forward: its recorded captures (this rank's shards; under
-  // pipeline parallelism those of this stage's layers, called inside the schedule).
-  std::function<void(int64_t step, layers::CaptureSink&)> on_captures;
+  // Capture points recorded on every micro-batch: the student's and, when distilling, the
+  // teacher's.
+  std::set<std::string> captures, teacher_captures;
+  // After each micro-batch's forward, before any loss consumes a capture: the recorded
+  // captures (this rank's shards; under pipeline parallelism those of this stage's layers,
+  // called inside the schedule) and the position of the micro-batch's first sample in the
+  // global batch.
+  std::function<void(int64_t step, int64_t first_sample, layers::CaptureSink& student,
+                     layers::CaptureSink& teacher)>
+      on_captures;
   // After gradients are whole across ranks, before clipping and the optimizer step (under
   // ZeRO-1 a rank then holds the gradients of the parameters it owns only).
   std::function<void(int64_t step, double loss)> on_gradients;
-  // After the optimizer step, with the global gradient norm measured before clipping.
+  // After the optimizer step (and, under ZeRO-1, the parameter all-gather), with the global
+  // gradient norm measured before clipping.
   std::function<void(int64_t step, double grad_norm)> on_step_end;
+  bool inspects_captures() const {
+    return on_captures && !(captures.empty() && teacher_captures.empty());
+  }
 };
 
 // Where a pipeline stage's time went in its last step's schedule: running its forwards and
@@ -85,12 +95,14 @@ class Trainer {
  private:
   torch::Tensor to_tensor(const std::vector<int64_t>& values, int64_t batch) const;
   // Loss of one micro-batch divided by target_count (LM only, or the distillation mix);
-  // `inspect`: record the inspector's capture points and hand them to it.
-  torch::Tensor micro_batch_loss(const TokenBatch& batch, double target_count, bool inspect,
-                                 int64_t step);
-  // The capture points a micro-batch records: the distillation pairs' (on this stage) and,
-  // when inspecting, the inspector's.
-  std::set<std::string> wanted_captures(bool inspect) const;
+  // `first_sample`: its position in the global batch, for the inspector.
+  torch::Tensor micro_batch_loss(const TokenBatch& batch, double target_count,
+                                 int64_t first_sample, int64_t step);
+  // The capture points a micro-batch records, student and teacher: the distillation pairs'
+  // (on this stage) and the inspector's.
+  std::set<std::string> wanted_captures() const;
+  std::set<std::string> wanted_teacher_captures() const;
+  bool inspecting_captures() const { return inspector_ && inspector_->inspects_captures(); }
   void initialise_student();
   void build_distiller();
   void log_line(const std::string& line);
@@ -101,7 +113,8 @@ class Trainer {
   // Pipeline parallelism (trainer_pipeline.cpp): one step's micro-batches through this
   // stage in 1F1B order, returning this stage's part of the loss; and the summed validation
   // loss of `micro` (on the last stage; 0 on the others).
-  double pipeline_micro_batches(const std::vector<TokenBatch>& micro, double target_count);
+  double pipeline_micro_batches(const std::vector<TokenBatch>& micro,
+                                const std::vector<int64_t>& first_samples, double target_count);
   double pipeline_evaluate_loss_sum(const std::vector<TokenBatch>& micro);
 
   TrainConfig config_;

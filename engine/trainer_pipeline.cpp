@@ -48,7 +48,9 @@ torch::autograd::Edge edge_of(const torch::Tensor& t) {
 
 }  // namespace
 
-double Trainer::pipeline_micro_batches(const std::vector<TokenBatch>& micro, double target_count) {
+double Trainer::pipeline_micro_batches(const std::vector<TokenBatch>& micro,
+                                       const std::vector<int64_t>& first_samples,
+                                       double target_count) {
   const int64_t batch = config_.training.micro_batch, seq = config_.data.seq_len;
   const int64_t local_seq = tp_.sequence_parallel ? seq / tp_.size() : seq;
   const int64_t student_width = config_.model.hidden;
@@ -77,13 +79,11 @@ double Trainer::pipeline_micro_batches(const std::vector<TokenBatch>& micro, dou
       x = f.input;
       if (teacher_travels) t = received.narrow(2, student_width, teacher_width).contiguous();
     }
-    const bool inspect = inspector_ && m == 0 && !inspector_->captures.empty();
-    const std::set<std::string> wanted = wanted_captures(inspect);
-    layers::CaptureSink sink(wanted);
-    layers::CaptureSink teacher_sink(distiller_ ? distiller_->teacher_captures()
-                                                : std::set<std::string>{});
-    x = model_->run_blocks(x, seq, wanted.empty() ? nullptr : &sink);
+    layers::CaptureSink sink(wanted_captures()), teacher_sink(wanted_teacher_captures());
+    x = model_->run_blocks(x, seq, sink.wants_any() ? &sink : nullptr);
     if (teacher_travels) t = teacher_->run_blocks(t, seq, &teacher_sink);
+    // Before the activation losses take (and free) the teacher's captures.
+    if (inspecting_captures()) inspector_->on_captures(step, first_samples[m], sink, teacher_sink);
 
     torch::Tensor loss;  // this stage's part of the micro-batch's loss
     if (distiller_)
@@ -100,7 +100,6 @@ double Trainer::pipeline_micro_batches(const std::vector<TokenBatch>& micro, dou
       }
       loss = loss.defined() ? loss + head : head;
     }
-    if (inspect && inspector_->on_captures) inspector_->on_captures(step, sink);
     if (loss.defined()) {
       loss_value += loss.item<double>();
       f.loss_edge = edge_of(loss);

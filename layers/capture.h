@@ -22,6 +22,7 @@ class CaptureSink {
   explicit CaptureSink(std::set<std::string> wanted) : wanted_(std::move(wanted)) {}
   void want(const std::string& name) { wanted_.insert(name); }
   bool wants(const std::string& name) const { return wanted_.count(name) > 0; }
+  bool wants_any() const { return !wanted_.empty(); }
   void put(const std::string& name, const torch::Tensor& value) {
     if (wants(name)) values_[name] = value;
   }

@@ -1,7 +1,7 @@
-// parallel/stage_collect.h: bringing named tensors held by different pipeline stages to the
-// first stage, for the one rank that writes a checkpoint or a consistency record. Each
-// stage sends its list (name, dtype, shape, data) over the pipeline group; blocking
-// point-to-point, used outside the training schedule.
+// parallel/stage_collect.h: bringing named tensors held by the ranks of a group to its first
+// rank, for the one rank that writes a checkpoint (over a pipeline group: the stages) or a
+// consistency record (over a whole layout). Each rank sends its list (name, dtype, shape,
+// data); blocking point-to-point, used outside the training schedule.
 #pragma once
 #include <torch/torch.h>
 
@@ -15,8 +15,8 @@ namespace retort::parallel {
 
 using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
 
-// Collective over `pp`. Stage 0 returns its own tensors followed by every other stage's, in
-// stage order; the other stages return an empty list.
-NamedTensors collect_on_first_stage(Communicator& pp, NamedTensors local);
+// Collective over `group`. Rank 0 returns its own tensors followed by every other rank's, in
+// rank order; the other ranks return an empty list.
+NamedTensors collect_on_first_rank(Communicator& group, NamedTensors local);
 
 }  // namespace retort::parallel
