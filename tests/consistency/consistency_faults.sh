@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# tests/consistency/consistency_faults.sh: the consistency suite proves it can fail. Each
+# fault a real bug would cause is injected, one at a time, into the layout under test (never
+# the TP1 reference); the suite must exit 1 and name the tensor or term that shows it.
+# Prints, per fault, the suite's first failure line naming it (with its relative difference).
+# Usage: consistency_faults.sh MPIEXEC CONSISTENCY_FAULTS CORPUS_PREFIX CONFIGS_DIR OUT_DIR
+set -uo pipefail
+mpiexec=$1 program=$2 corpus=$3 configs=$4 out=$5
+mkdir -p "$out"
+failed=0
+# check FAULT CONFIG LAYOUTS EXPECTED_PATTERN [overrides...]
+check() {
+  local fault=$1 config=$2 layouts=$3 expected=$4
+  shift 4
+  local log="$out/$fault.log"
+  "$mpiexec" --oversubscribe -np 4 "$program" "$fault" "$configs/$config.yaml" \
+    data.paths="[$corpus]" "$@" --layouts "$layouts" --out "$out/$fault" >"$log" 2>&1
+  local code=$?
+  local line
+  line=$(grep -E "^FAIL .*$expected" "$log" | head -1)
+  if [ "$code" -eq 1 ] && [ -n "$line" ]; then
+    echo "caught $fault ($layouts): $line"
+    grep -E "^\| ${layouts##*,} " "$log"
+  else
+    echo "NOT CAUGHT $fault ($layouts): exit code $code, no failure line matching '$expected'"
+    cat "$log"
+    failed=1
+  fi
+}
+check tp_norm_not_summed consistency TP1,STP2 "gradient layers\.[0-9]\.(attn|mlp)_norm\.weight @ step 1"
+check dp_not_averaged consistency TP1,DP2 "gradient [a-z_.0-9]+ @ step 1: relative difference 1\.000e\+00"
+check tied_sum_skipped consistency TP1,PP2 "embed\.weight" model.tied_embeddings=true
+check grad_scaled consistency TP1,TP2 "gradient layers\.1\.mlp\.down_proj\.weight @ step 1"
+check grad_missing consistency TP1,TP2 "gradient layers\.1\.mlp\.down_proj\.weight @ step 1: in the reference but missing"
+check activation_local_tokens consistency_distill TP1,DP2 "term activation[a-z_.0-9]* @ step 1"
+check logit_one_tp_rank consistency_distill TP1,TP2 "gradient [a-z_.0-9]+ @ step 1"
+if [ "$failed" -eq 0 ]; then echo "7 passed, 0 failed"; fi
+exit $failed
