@@ -55,10 +55,18 @@ RowParallelLinear::RowParallelLinear(const LinearSpec& spec, ParameterStore& sto
                                      const TensorParallel& tp)
     : tp_(tp) {
   weight_ = store.create(weight_spec(spec, 1));
+  if (spec.bias) {
+    // Added once, after the sum over TP, so it is whole on every rank; under sequence
+    // parallelism each rank sees its part of the sequence, so its gradient is partial.
+    ParamSpec b = bias_spec(spec, -1);
+    b.sequence_replicated = true;
+    bias_ = store.create(b);
+  }
 }
 
 torch::Tensor RowParallelLinear::forward(const torch::Tensor& x) const {
-  return tp_.exit_row(torch::matmul(x, weight_.t()));
+  torch::Tensor y = tp_.exit_row(torch::matmul(x, weight_.t()));
+  return bias_.defined() ? y + bias_ : y;
 }
 
 }  // namespace retort::layers

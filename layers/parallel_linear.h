@@ -5,7 +5,7 @@
 //    (kv heads shared by several TP ranks); its gradient is then summed over TP.
 //  - RowParallelLinear: weight [out, in] split along in; input this rank's feature slice,
 //    output summed over TP (TensorParallel::exit_row: all-reduce, or reduce-scatter along the
-//    sequence under sequence parallel).
+//    sequence under sequence parallel), then the bias, replicated, added once.
 #pragma once
 #include <torch/torch.h>
 
@@ -42,7 +42,7 @@ class RowParallelLinear {
   torch::Tensor forward(const torch::Tensor& x) const;  // [..., in_local] -> [..., out] summed
 
  private:
-  torch::Tensor weight_;
+  torch::Tensor weight_, bias_;
   TensorParallel tp_;
 };
 

@@ -83,9 +83,15 @@ TEST(ParallelLayers, ColumnAndRowLinear) {
     const int n = s.comm.size();
     TensorParallel tp = s.tp(sequence);
     ParameterStore ps(3, torch::kDouble, tp.position()), qs(3, torch::kDouble);
-    LinearSpec col{"col", 12, 8 * n, 0.3, true}, row{"row", 8 * n, 12, 0.3, false};
+    LinearSpec col{"col", 12, 8 * n, 0.3, true}, row{"row", 8 * n, 12, 0.3, true};
     ColumnParallelLinear pc(col, ps, tp), qc(col, qs, s.plain);
     RowParallelLinear pr(row, ps, tp), qr(row, qs, s.plain);
+    {  // Biases start at zero; give them values so one added per rank (or never) shows.
+      torch::NoGradGuard no_grad;
+      torch::Tensor bias = shared_random({12}, 4);
+      ps.find("row.bias")->value.copy_(bias);
+      qs.find("row.bias")->value.copy_(bias);
+    }
     torch::Tensor X = shared_random({2, 4 * n, 12}, 1), G = shared_random({2, 4 * n, 12}, 2);
     // Plain: x -> column -> tanh -> row.
     torch::Tensor xq = X.clone().requires_grad_(true);

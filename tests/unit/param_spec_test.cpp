@@ -9,8 +9,13 @@ using namespace retort::layers;
 
 TEST(ParamSpec, InitialValueDependsOnlyOnSeedAndName) {
   ParamSpec a{"layers.0.attn.q_proj.weight", {8, 4}, 0};
+  // Same name and shape, everything else different: the value must not change.
   ParamSpec b = a;
-  b.shape = {8, 4};
+  b.shard_dim = 1;
+  b.sequence_replicated = true;
+  b.tp_partial_grad = true;
+  b.lr_scale = 0.25;
+  b.weight_decay = false;
   EXPECT_TRUE(torch::equal(initial_global_value(a, 5), initial_global_value(b, 5)));
   EXPECT_FALSE(torch::equal(initial_global_value(a, 5), initial_global_value(a, 6)));
   ParamSpec other = a;
