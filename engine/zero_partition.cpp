@@ -24,7 +24,7 @@ ZeroPartition::ZeroPartition(const layers::ParameterStore& store, parallel::Comm
   for (size_t i = 0; i < owner_.size(); ++i)
     if (owner_[i] >= 0) {
       by_rank_[owner_[i]].push_back(i);
-      counts_[owner_[i]] += int(store.all()[i].value.numel());
+      counts_[owner_[i]] += store.all()[i].value.numel();
     }
 }
 

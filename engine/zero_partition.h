@@ -28,7 +28,7 @@ class ZeroPartition {
   parallel::Communicator& dp_;
   std::vector<int> owner_;               // per parameter; -1 for frozen
   std::vector<std::vector<size_t>> by_rank_;  // parameters of each rank, in store order
-  std::vector<int> counts_;              // elements per rank
+  std::vector<int64_t> counts_;          // elements per rank
 };
 
 }  // namespace retort::engine

@@ -1,6 +1,8 @@
 // parallel/communicator.cpp: see communicator.h.
 #include "parallel/communicator.h"
 
+#include <algorithm>
+#include <limits>
 #include <stdexcept>
 
 #include "parallel/nccl_backend.h"
@@ -49,17 +51,49 @@ NcclType nccl_type(const torch::Tensor& t) {
 
 int64_t bytes_of(const torch::Tensor& t) { return t.numel() * t.element_size(); }
 
+int64_t max_elements = std::numeric_limits<int>::max();
+
+// Calls post(offset, count) for consecutive pieces of n elements, each within the limit; a
+// message of no elements is still posted once, so sends and receives keep matching.
+template <typename Post>
+void for_each_piece(int64_t n, Post post) {
+  if (n == 0) return post(int64_t(0), 0);
+  for (int64_t offset = 0; offset < n; offset += max_elements)
+    post(offset, int(std::min(max_elements, n - offset)));
+}
+
+// The address of element `offset` of a contiguous tensor.
+void* element(const torch::Tensor& t, int64_t offset) {
+  return static_cast<char*>(t.data_ptr()) + offset * t.element_size();
+}
+
+std::vector<int64_t> offsets_of(const std::vector<int64_t>& counts) {
+  std::vector<int64_t> offsets(counts.size(), 0);
+  for (size_t r = 1; r < counts.size(); ++r) offsets[r] = offsets[r - 1] + counts[r - 1];
+  return offsets;
+}
+
+// Whether a variable collective's counts and displacements all fit MPI's int.
+bool fits(const std::vector<int64_t>& counts) {
+  int64_t total = 0;
+  for (int64_t c : counts) total += c;
+  return total <= max_elements;
+}
+
 }  // namespace
 
-Handle::Handle(MPI_Request request, std::function<void()> finish)
-    : request_(request), finish_(std::move(finish)) {}
+Handle::Handle(MPI_Request request, std::function<void()> finish) : finish_(std::move(finish)) {
+  if (request != MPI_REQUEST_NULL) requests_.push_back(request);
+}
+Handle::Handle(std::vector<MPI_Request> requests, std::function<void()> finish)
+    : requests_(std::move(requests)), finish_(std::move(finish)) {}
 Handle::Handle(Handle&& other) noexcept { *this = std::move(other); }
 Handle& Handle::operator=(Handle&& other) noexcept {
   if (this != &other) {
     if (pending()) wait();
-    request_ = other.request_;
+    requests_ = std::move(other.requests_);
     finish_ = std::move(other.finish_);
-    other.request_ = MPI_REQUEST_NULL;
+    other.requests_.clear();
     other.finish_ = nullptr;
   }
   return *this;
@@ -68,7 +102,9 @@ Handle::~Handle() {
   if (pending()) wait();
 }
 void Handle::wait() {
-  if (request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);
+  if (!requests_.empty())
+    MPI_Waitall(int(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
+  requests_.clear();
   if (finish_) {
     auto finish = std::move(finish_);
     finish_ = nullptr;
@@ -76,13 +112,45 @@ void Handle::wait() {
   }
 }
 bool Handle::test() {
-  if (request_ != MPI_REQUEST_NULL) {
+  if (!requests_.empty()) {
     int done = 0;
-    MPI_Test(&request_, &done, MPI_STATUS_IGNORE);
+    MPI_Testall(int(requests_.size()), requests_.data(), &done, MPI_STATUSES_IGNORE);
     if (!done) return false;
   }
   wait();
   return true;
+}
+
+int64_t Communicator::max_elements_per_call() { return max_elements; }
+void Communicator::set_max_elements_per_call(int64_t elements) {
+  if (elements < 1 || elements > std::numeric_limits<int>::max())
+    throw std::invalid_argument("max_elements_per_call must be in [1, INT_MAX]");
+  max_elements = elements;
+}
+
+void Communicator::reduce_parts_to_owners(const torch::Tensor& in, torch::Tensor& out,
+                                          const std::vector<int64_t>& counts,
+                                          std::vector<MPI_Request>& requests) {
+  const std::vector<int64_t> offsets = offsets_of(counts);
+  for (int root = 0; root < size_; ++root)
+    for_each_piece(counts[root], [&](int64_t offset, int n) {
+      MPI_Request r;
+      MPI_Ireduce(element(in, offsets[root] + offset), rank_ == root ? element(out, offset) : nullptr,
+                  n, mpi_type(in), MPI_SUM, root, comm_, &r);
+      requests.push_back(r);
+    });
+}
+
+void Communicator::broadcast_parts_from_owners(torch::Tensor& out,
+                                               const std::vector<int64_t>& counts,
+                                               std::vector<MPI_Request>& requests) {
+  const std::vector<int64_t> offsets = offsets_of(counts);
+  for (int root = 0; root < size_; ++root)
+    for_each_piece(counts[root], [&](int64_t offset, int n) {
+      MPI_Request r;
+      MPI_Ibcast(element(out, offsets[root] + offset), n, mpi_type(out), root, comm_, &r);
+      requests.push_back(r);
+    });
 }
 
 Communicator::Communicator(MPI_Comm comm, std::string name) : comm_(comm), name_(std::move(name)) {
@@ -133,10 +201,13 @@ Handle Communicator::all_reduce_async(torch::Tensor& t, ReduceOp op) {
                       op == ReduceOp::Sum ? NcclOp::Sum : NcclOp::Max);
     return nccl_handle(nccl_);
   }
-  MPI_Request request;
-  MPI_Iallreduce(MPI_IN_PLACE, t.data_ptr(), int(t.numel()), mpi_type(t), mpi_op(op), comm_,
-                 &request);
-  return Handle(request, nullptr);
+  std::vector<MPI_Request> requests;
+  for_each_piece(t.numel(), [&](int64_t offset, int n) {
+    MPI_Request r;
+    MPI_Iallreduce(MPI_IN_PLACE, element(t, offset), n, mpi_type(t), mpi_op(op), comm_, &r);
+    requests.push_back(r);
+  });
+  return Handle(std::move(requests), nullptr);
 }
 
 torch::Tensor Communicator::all_gather(const torch::Tensor& tensor, int64_t dim) {
@@ -173,6 +244,12 @@ Handle Communicator::all_gather_flat_async(const torch::Tensor& in, torch::Tenso
     nccl().all_gather(in.data_ptr(), out.data_ptr(), in.numel(), nccl_type(in));
     return nccl_handle(nccl_);
   }
+  std::vector<MPI_Request> requests;
+  if (in.numel() > max_elements) {  // each rank broadcasts its part, in pieces
+    out.view({-1}).narrow(0, rank_ * in.numel(), in.numel()).copy_(in.reshape({-1}));
+    broadcast_parts_from_owners(out, std::vector<int64_t>(size_, in.numel()), requests);
+    return Handle(std::move(requests), nullptr);
+  }
   MPI_Request request;
   MPI_Iallgather(in.data_ptr(), int(in.numel()), mpi_type(in), out.data_ptr(), int(in.numel()),
                  mpi_type(out), comm_, &request);
@@ -191,6 +268,11 @@ Handle Communicator::reduce_scatter_flat_async(const torch::Tensor& in, torch::T
     nccl().reduce_scatter(in.data_ptr(), out.data_ptr(), out.numel(), nccl_type(in));
     return nccl_handle(nccl_);
   }
+  if (out.numel() > max_elements) {  // each rank's part reduced onto it, in pieces
+    std::vector<MPI_Request> requests;
+    reduce_parts_to_owners(in, out, std::vector<int64_t>(size_, out.numel()), requests);
+    return Handle(std::move(requests), nullptr);
+  }
   MPI_Request request;
   MPI_Ireduce_scatter_block(in.data_ptr(), out.data_ptr(), int(out.numel()), mpi_type(in),
                             MPI_SUM, comm_, &request);
@@ -198,7 +280,7 @@ Handle Communicator::reduce_scatter_flat_async(const torch::Tensor& in, torch::T
 }
 
 Handle Communicator::reduce_scatter_v_async(const torch::Tensor& in, torch::Tensor& out,
-                                            const std::vector<int>& counts) {
+                                            const std::vector<int64_t>& counts) {
   require_contiguous_cpu(in, "reduce_scatter_v");
   require_contiguous_cpu(out, "reduce_scatter_v");
   count("reduce_scatter", bytes_of(in));
@@ -206,14 +288,21 @@ Handle Communicator::reduce_scatter_v_async(const torch::Tensor& in, torch::Tens
     out.copy_(in.view(out.sizes()));
     return {};
   }
+  if (!fits(counts)) {
+    std::vector<MPI_Request> requests;
+    reduce_parts_to_owners(in, out, counts, requests);
+    return Handle(std::move(requests), nullptr);
+  }
+  // The count array must live until the operation completes.
+  auto int_counts = std::make_shared<std::vector<int>>(counts.begin(), counts.end());
   MPI_Request request;
-  MPI_Ireduce_scatter(in.data_ptr(), out.data_ptr(), counts.data(), mpi_type(in), MPI_SUM, comm_,
-                      &request);
-  return Handle(request, nullptr);
+  MPI_Ireduce_scatter(in.data_ptr(), out.data_ptr(), int_counts->data(), mpi_type(in), MPI_SUM,
+                      comm_, &request);
+  return Handle(request, [int_counts] {});
 }
 
 Handle Communicator::all_gather_v_async(const torch::Tensor& in, torch::Tensor& out,
-                                        const std::vector<int>& counts) {
+                                        const std::vector<int64_t>& counts) {
   require_contiguous_cpu(in, "all_gather_v");
   require_contiguous_cpu(out, "all_gather_v");
   count("all_gather", bytes_of(out));
@@ -221,10 +310,15 @@ Handle Communicator::all_gather_v_async(const torch::Tensor& in, torch::Tensor& 
     out.copy_(in.view(out.sizes()));
     return {};
   }
-  auto displacements = std::make_shared<std::vector<int>>(counts.size(), 0);
-  for (size_t r = 1; r < counts.size(); ++r)
-    (*displacements)[r] = (*displacements)[r - 1] + counts[r - 1];
-  auto kept_counts = std::make_shared<std::vector<int>>(counts);
+  if (!fits(counts)) {  // each rank broadcasts its part, in pieces
+    std::vector<MPI_Request> requests;
+    out.narrow(0, offsets_of(counts)[rank_], counts[rank_]).copy_(in);
+    broadcast_parts_from_owners(out, counts, requests);
+    return Handle(std::move(requests), nullptr);
+  }
+  const std::vector<int64_t> offsets = offsets_of(counts);
+  auto displacements = std::make_shared<std::vector<int>>(offsets.begin(), offsets.end());
+  auto kept_counts = std::make_shared<std::vector<int>>(counts.begin(), counts.end());
   MPI_Request request;
   MPI_Iallgatherv(in.data_ptr(), int(in.numel()), mpi_type(in), out.data_ptr(),
                   kept_counts->data(), displacements->data(), mpi_type(out), comm_, &request);
@@ -239,7 +333,10 @@ void Communicator::broadcast(torch::Tensor& t, int root) {
     nccl().broadcast(t.data_ptr(), t.numel(), nccl_type(t), root);
     return nccl().synchronize();
   }
-  if (size_ > 1) MPI_Bcast(t.data_ptr(), int(t.numel()), mpi_type(t), root, comm_);
+  if (size_ > 1)
+    for_each_piece(t.numel(), [&](int64_t offset, int n) {
+      MPI_Bcast(element(t, offset), n, mpi_type(t), root, comm_);
+    });
 }
 
 void Communicator::send(const torch::Tensor& t, int destination, int tag) {
@@ -256,10 +353,14 @@ Handle Communicator::send_async(const torch::Tensor& t, int destination, int tag
     nccl().send(t.data_ptr(), t.numel(), nccl_type(t), destination);
     return nccl_handle(nccl_);
   }
-  MPI_Request request;
-  MPI_Isend(t.data_ptr(), int(t.numel()), mpi_type(t), destination, tag, comm_, &request);
+  std::vector<MPI_Request> requests;  // pieces of one tag arrive in order
+  for_each_piece(t.numel(), [&](int64_t offset, int n) {
+    MPI_Request r;
+    MPI_Isend(element(t, offset), n, mpi_type(t), destination, tag, comm_, &r);
+    requests.push_back(r);
+  });
   torch::Tensor keep_alive = t;  // the buffer must outlive the send
-  return Handle(request, [keep_alive] {});
+  return Handle(std::move(requests), [keep_alive] {});
 }
 
 Handle Communicator::recv_async(torch::Tensor& t, int source, int tag) {
@@ -269,9 +370,13 @@ Handle Communicator::recv_async(torch::Tensor& t, int source, int tag) {
     nccl().recv(t.data_ptr(), t.numel(), nccl_type(t), source);
     return nccl_handle(nccl_);
   }
-  MPI_Request request;
-  MPI_Irecv(t.data_ptr(), int(t.numel()), mpi_type(t), source, tag, comm_, &request);
-  return Handle(request, nullptr);
+  std::vector<MPI_Request> requests;
+  for_each_piece(t.numel(), [&](int64_t offset, int n) {
+    MPI_Request r;
+    MPI_Irecv(element(t, offset), n, mpi_type(t), source, tag, comm_, &r);
+    requests.push_back(r);
+  });
+  return Handle(std::move(requests), nullptr);
 }
 
 void Communicator::barrier() {

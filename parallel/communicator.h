@@ -29,15 +29,17 @@ class Handle {
  public:
   Handle() = default;
   Handle(MPI_Request request, std::function<void()> finish);
+  // Several requests (a message split into pieces) completed together.
+  Handle(std::vector<MPI_Request> requests, std::function<void()> finish);
   Handle(Handle&&) noexcept;
   Handle& operator=(Handle&&) noexcept;
   ~Handle();
   void wait();
   bool test();  // drives progress; true once complete (finish has then run)
-  bool pending() const { return request_ != MPI_REQUEST_NULL; }
+  bool pending() const { return !requests_.empty(); }
 
  private:
-  MPI_Request request_ = MPI_REQUEST_NULL;
+  std::vector<MPI_Request> requests_;
   std::function<void()> finish_;
 };
 
@@ -69,9 +71,9 @@ class Communicator {
   // Variable-size forms (ZeRO): rank r receives / contributes counts[r] elements; `in` of
   // reduce_scatter_v and `out` of all_gather_v hold the ranks' parts in rank order.
   Handle reduce_scatter_v_async(const torch::Tensor& in, torch::Tensor& out,
-                                const std::vector<int>& counts);
+                                const std::vector<int64_t>& counts);
   Handle all_gather_v_async(const torch::Tensor& in, torch::Tensor& out,
-                            const std::vector<int>& counts);
+                            const std::vector<int64_t>& counts);
   void broadcast(torch::Tensor& tensor, int root);
   void send(const torch::Tensor& tensor, int destination, int tag = 0);
   void recv(torch::Tensor& tensor, int source, int tag = 0);
@@ -79,11 +81,24 @@ class Communicator {
   Handle recv_async(torch::Tensor& tensor, int source, int tag = 0);
   void barrier();
 
+  // MPI takes int counts: a message of more elements than this goes out in pieces of at
+  // most this many (variable and block collectives then run as one rooted reduce or
+  // broadcast per rank). INT_MAX by default; tests set a small limit to exercise the split.
+  static int64_t max_elements_per_call();
+  static void set_max_elements_per_call(int64_t elements);
+
   const std::map<std::string, OpCounter>& counters() const { return counters_; }
   void reset_counters() { counters_.clear(); }
 
  private:
   void count(const std::string& op, int64_t bytes);
+  // The rooted forms behind split block / variable collectives: rank r's part
+  // [offsets[r], offsets[r] + counts[r]) of `data` reduced onto r from every rank's `in`, or
+  // broadcast from r; piece by piece.
+  void reduce_parts_to_owners(const torch::Tensor& in, torch::Tensor& out,
+                              const std::vector<int64_t>& counts, std::vector<MPI_Request>& requests);
+  void broadcast_parts_from_owners(torch::Tensor& out, const std::vector<int64_t>& counts,
+                                   std::vector<MPI_Request>& requests);
   // The NCCL backend for CUDA tensors, created on first use (collectively); throws in a
   // build without NCCL.
   NcclBackend& nccl();

@@ -127,6 +127,60 @@ TEST(Communicator, CollectivesAsyncAndCounters) {
   EXPECT_EQ(c.at("send").bytes, 16);
 }
 
+// Every collective and point-to-point call gives the same result when its message goes out
+// in pieces of at most 7 elements (MPI's int counts, exercised small) as in one call, and
+// the results match their definitions computed here.
+TEST(Communicator, SplitsMessagesLargerThanThePieceLimit) {
+  Group g;
+  const int64_t one_call = Communicator::max_elements_per_call();
+  auto run_all = [&] {
+    std::vector<torch::Tensor> results;
+    torch::Tensor reduced = shared_random({50}, 11) * (g.r + 1);
+    g.comm.all_reduce_async(reduced).wait();
+    results.push_back(reduced);
+    results.push_back(g.comm.all_gather(shared_random({2, 11}, 12 + g.r), 1));
+    results.push_back(g.comm.reduce_scatter(shared_random({13 * g.n, 2}, 20 + g.r), 0));
+    std::vector<int64_t> counts;  // uneven: 5, 8, 11, ... elements per rank
+    for (int r = 0; r < g.n; ++r) counts.push_back(5 + 3 * r);
+    int64_t total = 0;
+    for (int64_t c : counts) total += c;
+    torch::Tensor in = shared_random({total}, 30 + g.r), part = torch::empty({counts[g.r]}, torch::kDouble);
+    g.comm.reduce_scatter_v_async(in, part, counts).wait();
+    results.push_back(part);
+    torch::Tensor gathered = torch::empty({total}, torch::kDouble);
+    g.comm.all_gather_v_async(shared_random({counts[g.r]}, 40 + g.r), gathered, counts).wait();
+    results.push_back(gathered);
+    torch::Tensor b = shared_random({23}, 50 + g.r);
+    g.comm.broadcast(b, g.n - 1);
+    results.push_back(b);
+    torch::Tensor out = shared_random({19}, 60 + g.r), got = torch::empty({19}, torch::kDouble);
+    Handle s = g.comm.send_async(out, (g.r + 1) % g.n, 9);
+    g.comm.recv_async(got, (g.r + g.n - 1) % g.n, 9).wait();
+    s.wait();
+    results.push_back(got);
+    return results;
+  };
+  const std::vector<torch::Tensor> whole = run_all();
+  Communicator::set_max_elements_per_call(7);
+  const std::vector<torch::Tensor> pieces = run_all();
+  Communicator::set_max_elements_per_call(one_call);
+  ASSERT_EQ(whole.size(), pieces.size());
+  for (size_t i = 0; i < whole.size(); ++i)
+    EXPECT_TRUE(torch::allclose(whole[i], pieces[i], 1e-14, 1e-14)) << "operation " << i;
+  // And the definitions: a sum over ranks, a concatenation, a received ring neighbour.
+  torch::Tensor sum = torch::zeros({50}, torch::kDouble);
+  for (int r = 0; r < g.n; ++r) sum += shared_random({50}, 11) * (r + 1);
+  EXPECT_TRUE(torch::allclose(pieces[0], sum, 1e-14, 1e-14));
+  std::vector<torch::Tensor> parts;
+  for (int r = 0; r < g.n; ++r) parts.push_back(shared_random({2, 11}, 12 + r));
+  EXPECT_TRUE(torch::equal(pieces[1], torch::cat(parts, 1)));
+  torch::Tensor expected_part = torch::zeros({13, 2}, torch::kDouble);
+  for (int r = 0; r < g.n; ++r) expected_part += shared_random({13 * g.n, 2}, 20 + r).narrow(0, 13 * g.r, 13);
+  EXPECT_TRUE(torch::allclose(pieces[2], expected_part, 1e-14, 1e-14));
+  EXPECT_TRUE(torch::equal(pieces[5], shared_random({23}, 50 + g.n - 1)));
+  EXPECT_TRUE(torch::equal(pieces[6], shared_random({19}, 60 + (g.r + g.n - 1) % g.n)));
+}
+
 TEST(Mesh, GroupsFollowTheLayout) {
   int world = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &world);
