@@ -13,10 +13,10 @@
 #include <iostream>
 
 #include "common/user_error.h"
-#include "engine/command_line.h"
-#include "engine/config.h"
-#include "engine/train_config.h"
-#include "engine/trainer.h"
+#include "engine/config/command_line.h"
+#include "engine/config/config.h"
+#include "engine/config/train_config.h"
+#include "engine/train/trainer.h"
 #include "parallel/mesh.h"
 #include "parallel/mpi_runtime.h"
 
@@ -47,14 +47,17 @@ int run(int argc, char** argv, parallel::MpiRuntime& mpi) {
     config.apply_override("training.eval_every=0");
     const engine::TrainConfig train_config = engine::make_train_config(config, stages);
     parallel::Mesh mesh(train_config.layout);
-    engine::Trainer trainer(train_config, nullptr, &mesh);
+    engine::Trainer trainer(train_config, nullptr, mesh);
+    engine::StepInspector inspector;  // bubble timing is opt-in: barriers frame the schedule
+    inspector.time_pipeline = true;
+    trainer.set_inspector(&inspector);
     const int64_t warmup = 1, measured = train_config.training.steps;
     double busy = 0, wall = 0;
     for (int64_t step = 0; step < warmup + measured; ++step) {
       trainer.train_step();
       if (step < warmup) continue;
-      busy += trainer.pipeline_timing().busy_s;
-      wall += trainer.pipeline_timing().wall_s;
+      busy += inspector.pipeline_timing.busy_s;
+      wall += inspector.pipeline_timing.wall_s;
     }
     double mine[2] = {busy / double(measured), wall / double(measured)};
     std::vector<double> all(2 * stages);

@@ -1,19 +1,21 @@
 // bench/bench_throughput.cpp: training throughput of a ~40M-parameter Llama-style model
 // (hidden 512, 8 layers, 8 heads, 4 kv heads, vocab 32000, tied embeddings, sequence 256,
-// micro-batch 4): tokens/s and MFU of full training steps (forward, backward, clip, AdamW),
-// printed next to the fp32 GEMM peak measured on the same machine with the same threads.
-// Usage: bench_throughput [steps=5] [threads=cores]
+// micro-batch 4) through the real Trainer on random tokens: tokens/s and MFU of full training
+// steps (data, forward, backward, gradient sync, clip, AdamW), the step's phases from its
+// StepResult, printed next to the fp32 GEMM peak measured with the same threads.
+// Usage: bench_throughput [steps=5] [threads=cores] [key=value ...]
 #include <torch/torch.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <thread>
 
-#include "engine/adamw.h"
-#include "engine/gemm_peak.h"
-#include "engine/memory_tracker.h"
-#include "layers/model.h"
+#include "bench_setup.h"
+#include "engine/observe/gemm_peak.h"
+#include "engine/observe/memory_tracker.h"
+#include "engine/train/trainer.h"
 
 using namespace retort;
 
@@ -23,69 +25,65 @@ int main(int argc, char** argv) {
   torch::set_num_threads(threads);
   engine::MemoryTracker& memory = engine::MemoryTracker::install();
 
-  layers::ModelConfig c;
-  c.vocab_size = 32000;
-  c.hidden = 512;
-  c.layers = 8;
-  c.heads = 8;
-  c.kv_heads = 4;
-  c.ffn_hidden = 1376;
-  c.tied_embeddings = true;
-  const int64_t batch = 4, seq = 256;
-
-  layers::ParameterStore store(1, torch::kFloat);
-  layers::LlamaModel model(c, store);
-  engine::OptimizerConfig oc;
-  engine::AdamW adam(store, oc);
-  torch::Tensor tokens = torch::randint(c.vocab_size, {batch, seq + 1}, torch::kLong);
-  torch::Tensor inputs = tokens.narrow(1, 0, seq), targets = tokens.narrow(1, 1, seq);
-
-  using clock = std::chrono::steady_clock;
-  double forward_s = 0, backward_s = 0, optimizer_s = 0;
-  auto since = [](clock::time_point t) {
-    return std::chrono::duration<double>(clock::now() - t).count();
-  };
-  auto step = [&] {
-    for (auto& p : store.all())
-      if (p.value.grad().defined()) p.value.mutable_grad().reset();
-    auto t0 = clock::now();
-    torch::Tensor loss = model.loss_sum(inputs, targets) / double(batch * seq);
-    forward_s += since(t0);
-    auto t1 = clock::now();
-    loss.backward();
-    backward_s += since(t1);
-    auto t2 = clock::now();
-    engine::clip_grad_norm(store, 1.0);
-    adam.begin_step();
-    adam.step_all(1e-4);
-    optimizer_s += since(t2);
-  };
-  step();  // warm-up
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / "retort_bench_throughput").string();
+  const std::string data = bench::write_random_dataset(dir, 32000, 64, 2048, 1);
+  std::vector<std::string> assignments = {"model.vocab_size=32000",
+                                          "model.hidden=512",
+                                          "model.layers=8",
+                                          "model.heads=8",
+                                          "model.kv_heads=4",
+                                          "model.ffn_hidden=1376",
+                                          "model.tied_embeddings=true",
+                                          "data.paths=[" + data + "]",
+                                          "data.seq_len=256",
+                                          "training.micro_batch=4",
+                                          "training.global_batch=4",
+                                          "training.steps=" + std::to_string(steps + 1),
+                                          "training.eval_every=0",
+                                          "checkpoint.save_at_end=false",
+                                          "runtime.peak_gflops=1",
+                                          "optimizer.lr=1e-4",
+                                          "run.dir=" + dir};
+  for (int i = 3; i < argc; ++i) assignments.push_back(argv[i]);
+  const engine::TrainConfig config = bench::bench_config(assignments);
+  engine::Trainer trainer(config, nullptr);
+  trainer.train_step();  // warm-up
   memory.reset_peak();
-  forward_s = backward_s = optimizer_s = 0;
-  auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < steps; ++i) step();
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  engine::StepTimes total;
+  double seconds = 0;
+  for (int i = 0; i < steps; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    const engine::StepResult r = trainer.train_step();
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    total.forward_s += r.times.forward_s;
+    total.backward_s += r.times.backward_s;
+    total.sync_s += r.times.sync_s;
+    total.optimizer_s += r.times.optimizer_s;
+  }
 
-  const double tokens_per_s = double(steps * batch * seq) / seconds;
-  const double flops_per_token = c.training_flops_per_token(seq);
+  const layers::ModelConfig& c = config.model;
+  const int64_t tokens_per_step = config.training.global_batch * config.data.seq_len;
+  const double tokens_per_s = double(steps * tokens_per_step) / seconds;
+  const double flops_per_token = c.training_flops_per_token(config.data.seq_len);
   const double achieved = tokens_per_s * flops_per_token / 1e9;
   const double peak_1024 = engine::measure_gemm_gflops(1024);
   const double peak_2048 = engine::measure_gemm_gflops(2048, 3);
   const double peak = std::max(peak_1024, peak_2048);
 
-  std::printf("model: %lld parameters (hidden %lld, %lld layers, %lld heads, %lld kv heads, "
-              "vocab %lld), batch %lld x seq %lld, %d thread(s)\n",
-              (long long)c.parameter_count(), (long long)c.hidden, (long long)c.layers,
-              (long long)c.heads, (long long)c.kv_heads, (long long)c.vocab_size,
-              (long long)batch, (long long)seq, threads);
+  std::printf(
+      "model: %lld parameters (hidden %lld, %lld layers, %lld heads, %lld kv heads, "
+      "vocab %lld), batch %lld x seq %lld, %d thread(s)\n",
+      (long long)c.parameter_count(), (long long)c.hidden, (long long)c.layers, (long long)c.heads,
+      (long long)c.kv_heads, (long long)c.vocab_size, (long long)config.training.micro_batch,
+      (long long)config.data.seq_len, threads);
   std::printf("| metric                          | value        |\n");
   std::printf("|---------------------------------|--------------|\n");
   std::printf("| step time (s)                   | %12.3f |\n", seconds / steps);
-  std::printf("|   forward (s)                   | %12.3f |\n", forward_s / steps);
-  std::printf("|   backward (s)                  | %12.3f |\n", backward_s / steps);
-  std::printf("|   clip + AdamW (s)              | %12.3f |\n", optimizer_s / steps);
+  std::printf("|   forward (s)                   | %12.3f |\n", total.forward_s / steps);
+  std::printf("|   backward (s)                  | %12.3f |\n", total.backward_s / steps);
+  std::printf("|   gradient sync (s)             | %12.3f |\n", total.sync_s / steps);
+  std::printf("|   clip + AdamW (s)              | %12.3f |\n", total.optimizer_s / steps);
   std::printf("| tokens/s                        | %12.0f |\n", tokens_per_s);
   std::printf("| training FLOPs per token (M)    | %12.1f |\n", flops_per_token / 1e6);
   std::printf("| achieved GFLOP/s                | %12.1f |\n", achieved);

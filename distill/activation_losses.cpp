@@ -6,27 +6,19 @@
 
 namespace retort::distill {
 
-ActivationLoss parse_activation_loss(const std::string& name) {
-  if (name == "mse") return ActivationLoss::Mse;
-  if (name == "cosine") return ActivationLoss::Cosine;
-  if (name == "l2") return ActivationLoss::L2;
-  throw UserError("distill.activation_loss='" + name + "': expected mse, cosine or l2");
-}
-
 torch::Tensor activation_distillation_sum(const torch::Tensor& student,
-                                          const torch::Tensor& teacher,
-                                          const torch::Tensor& weight, ActivationLoss kind,
-                                          const layers::TensorParallel& tp) {
+                                          const torch::Tensor& teacher, const torch::Tensor& weight,
+                                          ActivationLoss kind, const layers::TensorParallel& tp) {
   torch::Tensor t = teacher.detach();
   torch::Tensor per_token;
   switch (kind) {
-    case ActivationLoss::Mse:
+    case ActivationLoss::mse:
       per_token = (student - t).pow(2).mean(-1);
       break;
-    case ActivationLoss::Cosine:
+    case ActivationLoss::cosine:
       per_token = 1 - torch::cosine_similarity(student, t, -1, 1e-8);
       break;
-    case ActivationLoss::L2:
+    case ActivationLoss::l2:
       // sqrt(x + tiny) keeps the gradient finite where student == teacher.
       per_token = ((student - t).pow(2).sum(-1) + 1e-30).sqrt();
       break;

@@ -11,17 +11,14 @@
 
 #include <string>
 
+#include "distill/distill_config.h"
 #include "layers/tensor_parallel.h"
 
 namespace retort::distill {
 
-enum class ActivationLoss { Mse, Cosine, L2 };
-ActivationLoss parse_activation_loss(const std::string& name);  // mse | cosine | l2
-
 // weight: [batch, seq_local] of 0/1 matching the activations' tokens.
 torch::Tensor activation_distillation_sum(const torch::Tensor& student,
-                                          const torch::Tensor& teacher,
-                                          const torch::Tensor& weight, ActivationLoss kind,
-                                          const layers::TensorParallel& tp);
+                                          const torch::Tensor& teacher, const torch::Tensor& weight,
+                                          ActivationLoss kind, const layers::TensorParallel& tp);
 
 }  // namespace retort::distill

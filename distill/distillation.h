@@ -18,32 +18,16 @@
 
 #include "distill/activation_losses.h"
 #include "distill/logit_losses.h"
+#include "distill/loss_terms.h"
 #include "distill/teacher.h"
 
 namespace retort::distill {
-
-struct ActivationPair {
-  std::string student, teacher;  // capture names, e.g. "layers.1.mixer_output"
-};
-
-struct DistillConfig {
-  double lm_weight = 1.0, logit_weight = 0.0, activation_weight = 0.0;
-  LogitLossOptions logits;
-  ActivationLoss activation_kind = ActivationLoss::Mse;
-  std::vector<ActivationPair> pairs;
-};
 
 // "layers.1.mixer_output=layers.2.mixer_output" pairs plus the shorthand of points taken at
 // every student layer with the same teacher index; checks names against both models.
 std::vector<ActivationPair> make_activation_pairs(const std::vector<std::string>& explicit_pairs,
                                                   const std::vector<std::string>& every_layer,
                                                   int64_t student_layers, int64_t teacher_layers);
-
-// The values of one micro-batch's loss terms (already normalised), for logging.
-struct LossTerms {
-  double lm = 0, logits = 0, activations = 0;
-  std::map<std::string, double> per_pair;  // by student capture name
-};
 
 class Distiller {
  public:

@@ -39,12 +39,18 @@ torch::Tensor partial_loss(LogitLoss kind, const torch::Tensor& log_q, const tor
                            bool sparse_teacher) {
   torch::Tensor term;
   switch (kind) {
-    case LogitLoss::ForwardKL: term = log_p.exp().mul_(log_p - log_q); break;
-    case LogitLoss::ReverseKL: term = log_q.exp().mul_(log_q - log_p); break;
-    case LogitLoss::SoftCrossEntropy: term = log_p.exp().mul_(log_q).neg_(); break;
+    case LogitLoss::forward_kl:
+      term = log_p.exp().mul_(log_p - log_q);
+      break;
+    case LogitLoss::reverse_kl:
+      term = log_q.exp().mul_(log_q - log_p);
+      break;
+    case LogitLoss::soft_ce:
+      term = log_p.exp().mul_(log_q).neg_();
+      break;
   }
   // Entries a top-k teacher leaves out (p = 0) give 0 * -inf in the forward KL: drop them.
-  if (sparse_teacher && kind == LogitLoss::ForwardKL)
+  if (sparse_teacher && kind == LogitLoss::forward_kl)
     term = torch::where(log_p.isinf(), torch::zeros({}, term.options()), term);
   return term.sum(-1);
 }
@@ -82,14 +88,13 @@ struct LogitDistillation : torch::autograd::Function<LogitDistillation> {
   // s, t: [n, local]; w: [n]; targets: [n] or empty.
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor s, torch::Tensor t,
                                torch::Tensor w, torch::Tensor targets, int64_t vocab_start,
-                               int64_t vocab_size, int64_t kind, double temperature,
-                               double scale, int64_t chunk, int64_t top_k,
-                               parallel::Communicator* group) {
+                               int64_t vocab_size, int64_t kind, double temperature, double scale,
+                               int64_t chunk, int64_t top_k, parallel::Communicator* group) {
     const int64_t n = s.size(0), local = s.size(1);
     const int64_t real = std::clamp<int64_t>(vocab_size - vocab_start, 0, local);
     const bool with_ce = targets.numel() > 0;
     // The same on every rank: the dense form needs a full teacher and p log p terms that vanish.
-    const bool dense = top_k == 0 && LogitLoss(kind) != LogitLoss::ReverseKL;
+    const bool dense = top_k == 0 && LogitLoss(kind) != LogitLoss::reverse_kl;
     torch::Tensor sr = s.narrow(1, 0, real), tr = t.narrow(1, 0, real);
     torch::Tensor threshold = torch::empty({top_k > 0 ? n : 0}, s.options());
     torch::Tensor lse_s = torch::empty({n}, s.options()), lse_t = torch::empty({n}, s.options());
@@ -112,8 +117,8 @@ struct LogitDistillation : torch::autograd::Function<LogitDistillation> {
       if (dense) {  // fewer passes: the log-sum-exps are added once after the reduction
         torch::Tensor p = (tt - lse_t.narrow(0, start, len).unsqueeze(-1)).exp_();
         per_token.narrow(0, start, len)
-            .copy_(LogitLoss(kind) == LogitLoss::ForwardKL ? (p * (tt - ss)).sum(-1)
-                                                           : -(p * ss).sum(-1));
+            .copy_(LogitLoss(kind) == LogitLoss::forward_kl ? (p * (tt - ss)).sum(-1)
+                                                            : -(p * ss).sum(-1));
         continue;
       }
       torch::Tensor log_q = ss - lse_s.narrow(0, start, len).unsqueeze(-1);
@@ -123,15 +128,17 @@ struct LogitDistillation : torch::autograd::Function<LogitDistillation> {
     tp_reduce(per_token, group, parallel::ReduceOp::Sum);
     // Dense forms: sum p (log p - log q) = sum p (t - s) + lse_s - lse_t and
     // -sum p log q = -sum p s + lse_s, because p sums to one over the whole vocabulary.
-    if (dense) per_token += LogitLoss(kind) == LogitLoss::ForwardKL ? lse_s - lse_t : lse_s;
+    if (dense) per_token += LogitLoss(kind) == LogitLoss::forward_kl ? lse_s - lse_t : lse_s;
     torch::Tensor ce_sum = torch::zeros({}, s.options());
-    torch::Tensor local_index = torch::zeros({0}, torch::kLong), hit = torch::zeros({0}, torch::kBool);
+    torch::Tensor local_index = torch::zeros({0}, torch::kLong),
+                  hit = torch::zeros({0}, torch::kBool);
     if (with_ce) {  // real targets only ever hit real columns
       hit = (targets >= vocab_start) & (targets < vocab_start + real);
       local_index = torch::where(hit, targets - vocab_start, torch::zeros_like(targets));
-      torch::Tensor target_logit = torch::where(hit, s.gather(1, local_index.unsqueeze(1)).squeeze(1),
-                                                torch::zeros({}, s.options()))
-                                       .contiguous();
+      torch::Tensor target_logit =
+          torch::where(hit, s.gather(1, local_index.unsqueeze(1)).squeeze(1),
+                       torch::zeros({}, s.options()))
+              .contiguous();
       tp_reduce(target_logit, group, parallel::ReduceOp::Sum);
       ce_sum = ((lse_1 - target_logit) * w).sum();
     }
@@ -157,7 +164,7 @@ struct LogitDistillation : torch::autograd::Function<LogitDistillation> {
     const int64_t chunk = ctx->saved_data["chunk"].toInt();
     const bool with_ce = ctx->saved_data["with_ce"].toBool();
     const int64_t n = s.size(0), local = s.size(1);
-    const bool dense = threshold.numel() == 0 && kind != LogitLoss::ReverseKL;
+    const bool dense = threshold.numel() == 0 && kind != LogitLoss::reverse_kl;
     // d/ds of the logit loss is (...) / T per token; of the cross-entropy softmax - one-hot.
     torch::Tensor kd_coefficient = grad_outputs[0][0] * w * (scale / temperature);
     torch::Tensor ce_coefficient = grad_outputs[0][1] * w;
@@ -192,7 +199,7 @@ struct LogitDistillation : torch::autograd::Function<LogitDistillation> {
         tt = tt.masked_fill(tt < threshold.narrow(0, start, len).unsqueeze(-1), -kInfinity);
       torch::Tensor log_p = tt - lse_t.narrow(0, start, len).unsqueeze(-1);
       torch::Tensor q = log_q.exp(), g;
-      if (kind == LogitLoss::ReverseKL) {
+      if (kind == LogitLoss::reverse_kl) {
         g = q * (log_q - log_p).sub_(per_token.narrow(0, start, len).unsqueeze(-1));
       } else {  // forward KL and soft cross-entropy share the gradient q - p
         g = q - log_p.exp_();
@@ -216,22 +223,16 @@ struct LogitDistillation : torch::autograd::Function<LogitDistillation> {
 
 }  // namespace
 
-LogitLoss parse_logit_loss(const std::string& name) {
-  if (name == "forward_kl") return LogitLoss::ForwardKL;
-  if (name == "reverse_kl") return LogitLoss::ReverseKL;
-  if (name == "soft_ce") return LogitLoss::SoftCrossEntropy;
-  throw UserError("distill.logit_loss='" + name + "': expected forward_kl, reverse_kl or soft_ce");
-}
-
 std::pair<torch::Tensor, torch::Tensor> logit_distillation_and_lm_sums(
     const torch::Tensor& student, const torch::Tensor& teacher, const torch::Tensor& weight,
     const torch::Tensor& targets, int64_t vocab_size, const LogitLossOptions& o,
     const layers::TensorParallel& tp) {
   const int64_t local = student.size(-1);
   const double scale = o.scale_by_t2 ? o.temperature * o.temperature : 1.0;
-  if (o.teacher_top_k > 0 && o.kind == LogitLoss::ReverseKL)
-    throw UserError("distill.teacher_top_k: reverse_kl is undefined where a top-k teacher has "
-                    "zero probability; use forward_kl or soft_ce");
+  if (o.teacher_top_k > 0 && o.kind == LogitLoss::reverse_kl)
+    throw UserError(
+        "distill.teacher_top_k: reverse_kl is undefined where a top-k teacher has "
+        "zero probability; use forward_kl or soft_ce");
   torch::Tensor flat_targets =
       targets.defined() ? targets.reshape({-1}) : torch::zeros({0}, torch::kLong);
   torch::Tensor both = LogitDistillation::apply(

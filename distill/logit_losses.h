@@ -12,22 +12,10 @@
 
 #include <string>
 
+#include "distill/distill_config.h"
 #include "layers/tensor_parallel.h"
 
 namespace retort::distill {
-
-enum class LogitLoss { ForwardKL, ReverseKL, SoftCrossEntropy };
-LogitLoss parse_logit_loss(const std::string& name);  // forward_kl | reverse_kl | soft_ce
-
-struct LogitLossOptions {
-  LogitLoss kind = LogitLoss::ForwardKL;
-  double temperature = 1.0;
-  bool scale_by_t2 = true;
-  int64_t chunk_tokens = 32;  // tokens processed at once (small chunks stay in cache)
-  // > 0: the teacher distribution keeps only its k largest logits per token (renormalised;
-  // the k-th value is found across TP ranks). Not defined for reverse_kl.
-  int64_t teacher_top_k = 0;
-};
 
 // student, teacher: [..., local_vocab]; weight: [...] of 0/1 (which tokens count).
 // Returns the weighted sum over tokens (a scalar, identical on every TP rank).

@@ -4,22 +4,30 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/config_fields.h"
+
 namespace retort::layers {
 
+// The model.* keys (engine/config/key_table.h): type, member, path, default, range, help.
+#define RETORT_MODEL_KEYS(KEY)                                                                  \
+  KEY(int64_t, vocab_size, "model.vocab_size", 256, 1, 1e9, "vocabulary size")                  \
+  KEY(int64_t, hidden, "model.hidden", 64, 1, 1e6, "hidden size")                               \
+  KEY(int64_t, layers, "model.layers", 2, 1, 10000, "number of decoder blocks")                 \
+  KEY(int64_t, heads, "model.heads", 4, 1, 10000, "attention heads")                            \
+  KEY(int64_t, kv_heads, "model.kv_heads", 2, 1, 10000, "key/value heads (GQA); divides heads") \
+  KEY(int64_t, ffn_hidden, "model.ffn_hidden", 172, 1, 1e7, "SwiGLU inner size")                \
+  KEY(double, rope_theta, "model.rope_theta", 10000.0, 1, kUnbounded, "RoPE base")              \
+  KEY(double, norm_eps, "model.norm_eps", 1e-5, 0, 1, "RMSNorm epsilon")                        \
+  KEY(double, init_std, "model.init_std", 0.02, 0, 10, "std of normal initialisation")          \
+  KEY(int64_t, sliding_window, "model.sliding_window", 0, 0, 1e9,                               \
+      "attention window, 0 = full causal")                                                      \
+  KEY(std::vector<int64_t>, layer_windows, "model.layer_windows", {}, 0, 1e9,                   \
+      "per-layer windows (0 = full); empty = model.sliding_window everywhere")                  \
+  KEY(bool, qkv_bias, "model.qkv_bias", false, 0, 0, "bias on q, k, v projections")             \
+  KEY(bool, tied_embeddings, "model.tied_embeddings", false, 0, 0, "LM head shares embedding")
+
 struct ModelConfig {
-  int64_t vocab_size = 256;
-  int64_t hidden = 64;
-  int64_t layers = 2;
-  int64_t heads = 4;
-  int64_t kv_heads = 2;
-  int64_t ffn_hidden = 172;
-  double rope_theta = 10000.0;
-  double norm_eps = 1e-5;
-  double init_std = 0.02;
-  int64_t sliding_window = 0;          // 0 = full causal attention in every layer
-  std::vector<int64_t> layer_windows;  // per-layer override; empty = sliding_window everywhere
-  bool qkv_bias = false;
-  bool tied_embeddings = false;
+  RETORT_MODEL_KEYS(RETORT_FIELD)
 
   int64_t head_dim() const { return hidden / heads; }
   int64_t window_of_layer(int64_t layer) const {

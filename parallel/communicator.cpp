@@ -12,17 +12,25 @@ namespace {
 
 MPI_Datatype mpi_type(const torch::Tensor& t) {
   switch (t.scalar_type()) {
-    case torch::kFloat: return MPI_FLOAT;
-    case torch::kDouble: return MPI_DOUBLE;
-    case torch::kLong: return MPI_INT64_T;
-    case torch::kInt: return MPI_INT32_T;
-    case torch::kByte: return MPI_UINT8_T;
-    default: throw std::invalid_argument("Communicator: unsupported dtype " +
-                                         std::string(c10::toString(t.scalar_type())));
+    case torch::kFloat:
+      return MPI_FLOAT;
+    case torch::kDouble:
+      return MPI_DOUBLE;
+    case torch::kLong:
+      return MPI_INT64_T;
+    case torch::kInt:
+      return MPI_INT32_T;
+    case torch::kByte:
+      return MPI_UINT8_T;
+    default:
+      throw std::invalid_argument("Communicator: unsupported dtype " +
+                                  std::string(c10::toString(t.scalar_type())));
   }
 }
 
-MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::Sum ? MPI_SUM : MPI_MAX; }
+MPI_Op mpi_op(ReduceOp op) {
+  return op == ReduceOp::Sum ? MPI_SUM : MPI_MAX;
+}
 
 void require_contiguous(const torch::Tensor& t, const char* what) {
   if (!t.is_contiguous())
@@ -40,16 +48,24 @@ void require_contiguous_cpu(const torch::Tensor& t, const char* what) {
 
 NcclType nccl_type(const torch::Tensor& t) {
   switch (t.scalar_type()) {
-    case torch::kFloat: return NcclType::Float32;
-    case torch::kDouble: return NcclType::Float64;
-    case torch::kLong: return NcclType::Int64;
-    case torch::kInt: return NcclType::Int32;
-    case torch::kByte: return NcclType::UInt8;
-    default: throw std::invalid_argument("Communicator: unsupported dtype for NCCL");
+    case torch::kFloat:
+      return NcclType::Float32;
+    case torch::kDouble:
+      return NcclType::Float64;
+    case torch::kLong:
+      return NcclType::Int64;
+    case torch::kInt:
+      return NcclType::Int32;
+    case torch::kByte:
+      return NcclType::UInt8;
+    default:
+      throw std::invalid_argument("Communicator: unsupported dtype for NCCL");
   }
 }
 
-int64_t bytes_of(const torch::Tensor& t) { return t.numel() * t.element_size(); }
+int64_t bytes_of(const torch::Tensor& t) {
+  return t.numel() * t.element_size();
+}
 
 int64_t max_elements = std::numeric_limits<int>::max();
 
@@ -87,7 +103,9 @@ Handle::Handle(MPI_Request request, std::function<void()> finish) : finish_(std:
 }
 Handle::Handle(std::vector<MPI_Request> requests, std::function<void()> finish)
     : requests_(std::move(requests)), finish_(std::move(finish)) {}
-Handle::Handle(Handle&& other) noexcept { *this = std::move(other); }
+Handle::Handle(Handle&& other) noexcept {
+  *this = std::move(other);
+}
 Handle& Handle::operator=(Handle&& other) noexcept {
   if (this != &other) {
     if (pending()) wait();
@@ -102,8 +120,7 @@ Handle::~Handle() {
   if (pending()) wait();
 }
 void Handle::wait() {
-  if (!requests_.empty())
-    MPI_Waitall(int(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
+  if (!requests_.empty()) MPI_Waitall(int(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
   requests_.clear();
   if (finish_) {
     auto finish = std::move(finish_);
@@ -121,7 +138,9 @@ bool Handle::test() {
   return true;
 }
 
-int64_t Communicator::max_elements_per_call() { return max_elements; }
+int64_t Communicator::max_elements_per_call() {
+  return max_elements;
+}
 void Communicator::set_max_elements_per_call(int64_t elements) {
   if (elements < 1 || elements > std::numeric_limits<int>::max())
     throw std::invalid_argument("max_elements_per_call must be in [1, INT_MAX]");
@@ -135,8 +154,9 @@ void Communicator::reduce_parts_to_owners(const torch::Tensor& in, torch::Tensor
   for (int root = 0; root < size_; ++root)
     for_each_piece(counts[root], [&](int64_t offset, int n) {
       MPI_Request r;
-      MPI_Ireduce(element(in, offsets[root] + offset), rank_ == root ? element(out, offset) : nullptr,
-                  n, mpi_type(in), MPI_SUM, root, comm_, &r);
+      MPI_Ireduce(element(in, offsets[root] + offset),
+                  rank_ == root ? element(out, offset) : nullptr, n, mpi_type(in), MPI_SUM, root,
+                  comm_, &r);
       requests.push_back(r);
     });
 }
@@ -158,7 +178,14 @@ Communicator::Communicator(MPI_Comm comm, std::string name) : comm_(comm), name_
   MPI_Comm_size(comm_, &size_);
 }
 
+std::unique_ptr<Communicator> Communicator::single(std::string name) {
+  return std::unique_ptr<Communicator>(new Communicator(std::move(name)));
+}
+
+Communicator::Communicator(std::string name) : comm_(MPI_COMM_NULL), name_(std::move(name)) {}
+
 Communicator::~Communicator() {
+  if (comm_ == MPI_COMM_NULL) return;  // a single-process group owns no MPI communicator
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized && comm_ != MPI_COMM_WORLD && comm_ != MPI_COMM_SELF) MPI_Comm_free(&comm_);
@@ -171,9 +198,9 @@ NcclBackend& Communicator::nccl() {
 }
 #else
 NcclBackend& Communicator::nccl() {
-  throw std::invalid_argument(
-      "Communicator '" + name_ + "': a CUDA tensor needs the NCCL backend, but this build has "
-      "none (configure with -DRETORT_NCCL=ON against a CUDA libtorch)");
+  throw std::invalid_argument("Communicator '" + name_ +
+                              "': a CUDA tensor needs the NCCL backend, but this build has "
+                              "none (configure with -DRETORT_NCCL=ON against a CUDA libtorch)");
 }
 #endif
 
@@ -184,13 +211,24 @@ Handle nccl_handle(const std::shared_ptr<NcclBackend>& backend) {
 }
 }  // namespace
 
+namespace {
+// A group of one: the collective's result is its input (no MPI call).
+bool copied_when_alone(int size, const torch::Tensor& in, torch::Tensor& out) {
+  if (size != 1) return false;
+  out.view({-1}).copy_(in.reshape({-1}));
+  return true;
+}
+}  // namespace
+
 void Communicator::count(const std::string& op, int64_t bytes) {
   OpCounter& c = counters_[op];
   c.calls += 1;
   c.bytes += bytes;
 }
 
-void Communicator::all_reduce(torch::Tensor& t, ReduceOp op) { all_reduce_async(t, op).wait(); }
+void Communicator::all_reduce(torch::Tensor& t, ReduceOp op) {
+  all_reduce_async(t, op).wait();
+}
 
 Handle Communicator::all_reduce_async(torch::Tensor& t, ReduceOp op) {
   require_contiguous(t, "all_reduce");
@@ -207,7 +245,7 @@ Handle Communicator::all_reduce_async(torch::Tensor& t, ReduceOp op) {
     MPI_Iallreduce(MPI_IN_PLACE, element(t, offset), n, mpi_type(t), mpi_op(op), comm_, &r);
     requests.push_back(r);
   });
-  return Handle(std::move(requests), nullptr);
+  return Handle(std::move(requests), [t] {});
 }
 
 torch::Tensor Communicator::all_gather(const torch::Tensor& tensor, int64_t dim) {
@@ -236,10 +274,7 @@ Handle Communicator::all_gather_flat_async(const torch::Tensor& in, torch::Tenso
   require_contiguous(in, "all_gather");
   require_contiguous(out, "all_gather");
   count("all_gather", bytes_of(out));
-  if (size_ == 1) {
-    out.view(in.sizes()).copy_(in);
-    return {};
-  }
+  if (copied_when_alone(size_, in, out)) return {};
   if (in.is_cuda()) {
     nccl().all_gather(in.data_ptr(), out.data_ptr(), in.numel(), nccl_type(in));
     return nccl_handle(nccl_);
@@ -248,22 +283,19 @@ Handle Communicator::all_gather_flat_async(const torch::Tensor& in, torch::Tenso
   if (in.numel() > max_elements) {  // each rank broadcasts its part, in pieces
     out.view({-1}).narrow(0, rank_ * in.numel(), in.numel()).copy_(in.reshape({-1}));
     broadcast_parts_from_owners(out, std::vector<int64_t>(size_, in.numel()), requests);
-    return Handle(std::move(requests), nullptr);
+    return Handle(std::move(requests), [in, out] {});
   }
   MPI_Request request;
   MPI_Iallgather(in.data_ptr(), int(in.numel()), mpi_type(in), out.data_ptr(), int(in.numel()),
                  mpi_type(out), comm_, &request);
-  return Handle(request, nullptr);
+  return Handle(request, [in, out] {});
 }
 
 Handle Communicator::reduce_scatter_flat_async(const torch::Tensor& in, torch::Tensor& out) {
   require_contiguous(in, "reduce_scatter");
   require_contiguous(out, "reduce_scatter");
   count("reduce_scatter", bytes_of(in));
-  if (size_ == 1) {
-    out.copy_(in.view(out.sizes()));
-    return {};
-  }
+  if (copied_when_alone(size_, in, out)) return {};
   if (in.is_cuda()) {
     nccl().reduce_scatter(in.data_ptr(), out.data_ptr(), out.numel(), nccl_type(in));
     return nccl_handle(nccl_);
@@ -271,12 +303,12 @@ Handle Communicator::reduce_scatter_flat_async(const torch::Tensor& in, torch::T
   if (out.numel() > max_elements) {  // each rank's part reduced onto it, in pieces
     std::vector<MPI_Request> requests;
     reduce_parts_to_owners(in, out, std::vector<int64_t>(size_, out.numel()), requests);
-    return Handle(std::move(requests), nullptr);
+    return Handle(std::move(requests), [in, out] {});
   }
   MPI_Request request;
-  MPI_Ireduce_scatter_block(in.data_ptr(), out.data_ptr(), int(out.numel()), mpi_type(in),
-                            MPI_SUM, comm_, &request);
-  return Handle(request, nullptr);
+  MPI_Ireduce_scatter_block(in.data_ptr(), out.data_ptr(), int(out.numel()), mpi_type(in), MPI_SUM,
+                            comm_, &request);
+  return Handle(request, [in, out] {});
 }
 
 Handle Communicator::reduce_scatter_v_async(const torch::Tensor& in, torch::Tensor& out,
@@ -284,21 +316,18 @@ Handle Communicator::reduce_scatter_v_async(const torch::Tensor& in, torch::Tens
   require_contiguous_cpu(in, "reduce_scatter_v");
   require_contiguous_cpu(out, "reduce_scatter_v");
   count("reduce_scatter", bytes_of(in));
-  if (size_ == 1) {
-    out.copy_(in.view(out.sizes()));
-    return {};
-  }
+  if (copied_when_alone(size_, in, out)) return {};
   if (!fits(counts)) {
     std::vector<MPI_Request> requests;
     reduce_parts_to_owners(in, out, counts, requests);
-    return Handle(std::move(requests), nullptr);
+    return Handle(std::move(requests), [in, out] {});
   }
   // The count array must live until the operation completes.
   auto int_counts = std::make_shared<std::vector<int>>(counts.begin(), counts.end());
   MPI_Request request;
   MPI_Ireduce_scatter(in.data_ptr(), out.data_ptr(), int_counts->data(), mpi_type(in), MPI_SUM,
                       comm_, &request);
-  return Handle(request, [int_counts] {});
+  return Handle(request, [int_counts, in, out] {});
 }
 
 Handle Communicator::all_gather_v_async(const torch::Tensor& in, torch::Tensor& out,
@@ -306,24 +335,21 @@ Handle Communicator::all_gather_v_async(const torch::Tensor& in, torch::Tensor& 
   require_contiguous_cpu(in, "all_gather_v");
   require_contiguous_cpu(out, "all_gather_v");
   count("all_gather", bytes_of(out));
-  if (size_ == 1) {
-    out.copy_(in.view(out.sizes()));
-    return {};
-  }
+  if (copied_when_alone(size_, in, out)) return {};
   if (!fits(counts)) {  // each rank broadcasts its part, in pieces
     std::vector<MPI_Request> requests;
     out.narrow(0, offsets_of(counts)[rank_], counts[rank_]).copy_(in);
     broadcast_parts_from_owners(out, counts, requests);
-    return Handle(std::move(requests), nullptr);
+    return Handle(std::move(requests), [in, out] {});
   }
   const std::vector<int64_t> offsets = offsets_of(counts);
   auto displacements = std::make_shared<std::vector<int>>(offsets.begin(), offsets.end());
   auto kept_counts = std::make_shared<std::vector<int>>(counts.begin(), counts.end());
   MPI_Request request;
-  MPI_Iallgatherv(in.data_ptr(), int(in.numel()), mpi_type(in), out.data_ptr(),
-                  kept_counts->data(), displacements->data(), mpi_type(out), comm_, &request);
+  MPI_Iallgatherv(in.data_ptr(), int(in.numel()), mpi_type(in), out.data_ptr(), kept_counts->data(),
+                  displacements->data(), mpi_type(out), comm_, &request);
   // The count and displacement arrays must live until the operation completes.
-  return Handle(request, [kept_counts, displacements] {});
+  return Handle(request, [kept_counts, displacements, in, out] {});
 }
 
 void Communicator::broadcast(torch::Tensor& t, int root) {
@@ -376,12 +402,12 @@ Handle Communicator::recv_async(torch::Tensor& t, int source, int tag) {
     MPI_Irecv(element(t, offset), n, mpi_type(t), source, tag, comm_, &r);
     requests.push_back(r);
   });
-  return Handle(std::move(requests), nullptr);
+  return Handle(std::move(requests), [t] {});
 }
 
 void Communicator::barrier() {
   count("barrier", 0);
-  MPI_Barrier(comm_);
+  if (size_ > 1) MPI_Barrier(comm_);
 }
 
 }  // namespace retort::parallel

@@ -3,8 +3,8 @@
 // send, recv, barrier, each with an async form returning a handle, and per-operation
 // counters of calls and bytes. This is the MPI backend (CPU tensors); layers never call MPI
 // themselves. CUDA tensors go through NCCL when built with -DRETORT_NCCL=ON (nccl_backend.h);
-// otherwise they are refused with a clear error. Byte counts: all_reduce and broadcast count the tensor, all_gather the
-// gathered result, reduce_scatter the full input, send/recv the message.
+// otherwise they are refused with a clear error. Byte counts: all_reduce and broadcast count the
+// tensor, all_gather the gathered result, reduce_scatter the full input, send/recv the message.
 #pragma once
 #include <mpi.h>
 #include <torch/torch.h>
@@ -49,6 +49,9 @@ class Communicator {
  public:
   // Takes ownership of comm (freed at destruction unless it is MPI_COMM_WORLD/SELF).
   Communicator(MPI_Comm comm, std::string name);
+  // A group of one process that needs no MPI at all: every collective is the identity (a
+  // single process without mpirun gets these, so the engine never branches on "no MPI").
+  static std::unique_ptr<Communicator> single(std::string name);
   ~Communicator();
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
@@ -91,12 +94,14 @@ class Communicator {
   void reset_counters() { counters_.clear(); }
 
  private:
+  explicit Communicator(std::string name);  // see single()
   void count(const std::string& op, int64_t bytes);
   // The rooted forms behind split block / variable collectives: rank r's part
   // [offsets[r], offsets[r] + counts[r]) of `data` reduced onto r from every rank's `in`, or
   // broadcast from r; piece by piece.
   void reduce_parts_to_owners(const torch::Tensor& in, torch::Tensor& out,
-                              const std::vector<int64_t>& counts, std::vector<MPI_Request>& requests);
+                              const std::vector<int64_t>& counts,
+                              std::vector<MPI_Request>& requests);
   void broadcast_parts_from_owners(torch::Tensor& out, const std::vector<int64_t>& counts,
                                    std::vector<MPI_Request>& requests);
   // The NCCL backend for CUDA tensors, created on first use (collectively); throws in a

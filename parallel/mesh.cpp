@@ -36,4 +36,16 @@ Mesh::Mesh(const Layout& layout, MPI_Comm world) : layout_(layout) {
   world_ = std::make_unique<Communicator>(dup, "world");
 }
 
+std::unique_ptr<Mesh> Mesh::single_process() {
+  std::unique_ptr<Mesh> mesh(new Mesh());
+  mesh->layout_.data = 1;
+  for (auto [group, name] : {std::pair{&mesh->tp_, "tp"},
+                             {&mesh->dp_, "dp"},
+                             {&mesh->pp_, "pp"},
+                             {&mesh->mp_, "model_parallel"},
+                             {&mesh->world_, "world"}})
+    *group = Communicator::single(name);
+  return mesh;
+}
+
 }  // namespace retort::parallel

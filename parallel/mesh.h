@@ -2,6 +2,8 @@
 // PP slowest: rank = (pp * DP + dp) * TP + tp. Built once from MPI_COMM_WORLD with
 // MPI_Comm_split; hands out one Communicator per group (tp, pp, dp, model-parallel = tp x pp,
 // and under pipeline parallelism the embedding group: first and last stage of one pipeline).
+// The one parallel context every engine component takes whole; a single process gets a mesh
+// of size-one groups.
 #pragma once
 #include <memory>
 
@@ -21,6 +23,9 @@ class Mesh {
  public:
   // layout must be resolved (layout.data filled in) for the world size.
   Mesh(const Layout& layout, MPI_Comm world = MPI_COMM_WORLD);
+  // One process, no MPI: every group has size one (the embedding group is absent, as
+  // without pipeline parallelism).
+  static std::unique_ptr<Mesh> single_process();
 
   const Layout& layout() const { return layout_; }
   const MeshCoordinates& coordinates() const { return coordinates_; }
@@ -35,6 +40,7 @@ class Mesh {
   Communicator* embedding() { return embedding_.get(); }
 
  private:
+  Mesh() = default;
   Layout layout_;
   int world_rank_ = 0;
   MeshCoordinates coordinates_;

@@ -6,7 +6,7 @@
 #include <iostream>
 
 #include "common/user_error.h"
-#include "engine/consistency_command.h"
+#include "engine/consistency/consistency_command.h"
 #include "parallel/mpi_runtime.h"
 
 using namespace retort;

@@ -10,8 +10,8 @@
 #include <sstream>
 
 #include "common/user_error.h"
-#include "engine/byte_tokenizer.h"
-#include "engine/indexed_dataset.h"
+#include "engine/data/byte_tokenizer.h"
+#include "engine/data/indexed_dataset.h"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -53,8 +53,8 @@ int prepare(int argc, char** argv) {
   po::options_description options(
       "Usage: engine_prepare_data --output PREFIX INPUT... (files or directories)");
   std::string output, dtype_name;
-  options.add_options()("help,h", "print this help")(
-      "output,o", po::value<std::string>(&output), "output prefix (writes PREFIX.bin, .idx)")(
+  options.add_options()("help,h", "print this help")("output,o", po::value<std::string>(&output),
+                                                     "output prefix (writes PREFIX.bin, .idx)")(
       "dtype", po::value<std::string>(&dtype_name)->default_value("uint16"),
       "token dtype: uint8, uint16 (Megatron's choice below 65500 tokens), int32, int64")(
       "input", po::value<std::vector<std::string>>(), "input files or directories");
@@ -75,7 +75,8 @@ int prepare(int argc, char** argv) {
   if (output.empty()) throw UserError("--output PREFIX is required");
   if (!vm.count("input")) throw UserError("no input files given");
   const ByteTokenizer tokenizer;
-  if (!fs::path(output).parent_path().empty()) fs::create_directories(fs::path(output).parent_path());
+  if (!fs::path(output).parent_path().empty())
+    fs::create_directories(fs::path(output).parent_path());
   IndexedDatasetWriter writer(output, parse_dtype(dtype_name));
   int64_t documents = 0, tokens = 0;
   for (const fs::path& file : collect_inputs(vm["input"].as<std::vector<std::string>>())) {

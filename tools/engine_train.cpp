@@ -1,20 +1,21 @@
 // tools/engine_train.cpp: the training binary, `engine_train CONFIG.yaml [key=value ...]`,
 // launched directly or under mpirun. A thin main: flags, config, threads, then the Trainer.
 // Bad input ends with one line "error: ..." and exit code 2.
+#include <mpi.h>
 #include <torch/torch.h>
 
 #include <boost/program_options.hpp>
 #include <iostream>
 #include <limits>
-#include <mpi.h>
 
 #include "common/user_error.h"
-#include "engine/command_line.h"
-#include "engine/config.h"
-#include "engine/memory_tracker.h"
-#include "engine/run_summary.h"
-#include "engine/train_config.h"
-#include "engine/trainer.h"
+#include "engine/config/command_line.h"
+#include "engine/config/config.h"
+#include "engine/config/config_schema.h"
+#include "engine/config/train_config.h"
+#include "engine/observe/memory_tracker.h"
+#include "engine/observe/run_summary.h"
+#include "engine/train/trainer.h"
 #include "parallel/mesh.h"
 #include "parallel/mpi_runtime.h"
 
@@ -47,15 +48,17 @@ void run_agreed(Phase phase, int rank) {
 int train(int argc, char** argv, const parallel::MpiRuntime& mpi) {
   po::options_description visible("Usage: engine_train CONFIG.yaml [key=value ...] [options]");
   visible.add_options()("help,h", "print this help and exit")(
-      "dry-run", "print the resolved config, parameter count, FLOPs per token and a memory "
-                 "estimate per rank, then exit");
+      "dry-run",
+      "print the resolved config, parameter count, FLOPs per token and a memory "
+      "estimate per rank, then exit");
   const engine::ConfigCommandLine line = engine::parse_config_command_line(argc, argv, visible);
   const po::variables_map& vm = line.options;
   const bool root = mpi.world_rank() == 0;
   if (vm.count("help")) {
     if (root)
       std::cout << visible << "\nEvery config key can be overridden as dotted.key=value, e.g.\n"
-                << "  engine_train configs/tiny.yaml training.steps=50 optimizer.lr=1e-3\n";
+                << "  engine_train configs/tiny.yaml training.steps=50 optimizer.lr=1e-3\n\nKeys:\n"
+                << engine::keys_help();
     return 0;
   }
   if (line.config.empty())
@@ -69,7 +72,8 @@ int train(int argc, char** argv, const parallel::MpiRuntime& mpi) {
       },
       mpi.world_rank());
 
-  const int threads = train_config.threads > 0 ? train_config.threads : mpi.threads_per_rank();
+  const int threads =
+      train_config.runtime.threads > 0 ? int(train_config.runtime.threads) : mpi.threads_per_rank();
   torch::set_num_threads(threads);
   if (vm.count("dry-run")) {
     if (root) std::cout << config.to_yaml() << "\n---\n" << engine::run_summary(train_config);
@@ -78,14 +82,15 @@ int train(int argc, char** argv, const parallel::MpiRuntime& mpi) {
   engine::MemoryTracker::install();
   if (root)
     std::cout << "retort: " << mpi.world_size() << " rank(s), " << threads
-              << " intra-op thread(s) per rank (" << mpi.local_size() << " on host "
-              << mpi.host() << ")\n"
+              << " intra-op thread(s) per rank (" << mpi.local_size() << " on host " << mpi.host()
+              << ")\n"
               << engine::run_summary(train_config) << std::flush;
   parallel::Mesh mesh(train_config.layout);
   std::unique_ptr<engine::Trainer> trainer;
   run_agreed(
       [&] {
-        trainer = std::make_unique<engine::Trainer>(train_config, root ? &std::cout : nullptr, &mesh);
+        trainer =
+            std::make_unique<engine::Trainer>(train_config, root ? &std::cout : nullptr, mesh);
       },
       mpi.world_rank());
   trainer->run();

@@ -10,7 +10,7 @@
 
 #include "common/fault_injection.h"
 #include "common/user_error.h"
-#include "engine/consistency_command.h"
+#include "engine/consistency/consistency_command.h"
 #include "parallel/mpi_runtime.h"
 
 using namespace retort;

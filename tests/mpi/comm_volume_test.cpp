@@ -13,7 +13,7 @@
 
 #include <cstdio>
 
-#include "engine/grad_sync.h"
+#include "engine/optim/grad_sync.h"
 #include "layers/model.h"
 
 using namespace retort;

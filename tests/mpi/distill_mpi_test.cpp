@@ -6,7 +6,7 @@
 #include <torch/torch.h>
 
 #include "distill/distillation.h"
-#include "engine/grad_sync.h"
+#include "engine/optim/grad_sync.h"
 #include "parallel/communicator.h"
 
 using namespace retort;
@@ -72,12 +72,11 @@ TEST(DistillIdentical, LossesAndGradientsVanishUnderTp1Tp2Stp2) {
       {"TP" + std::to_string(comm.size()), layers::TensorParallel{&comm, false}},
       {"STP" + std::to_string(comm.size()), layers::TensorParallel{&comm, true}}};
   for (const auto& [name, tp] : layouts) {
-    for (LogitLoss logit :
-         {LogitLoss::ForwardKL, LogitLoss::ReverseKL, LogitLoss::SoftCrossEntropy}) {
-      for (ActivationLoss act : {ActivationLoss::Mse, ActivationLoss::Cosine, ActivationLoss::L2}) {
+    for (LogitLoss logit : {LogitLoss::forward_kl, LogitLoss::reverse_kl, LogitLoss::soft_ce}) {
+      for (ActivationLoss act : {ActivationLoss::mse, ActivationLoss::cosine, ActivationLoss::l2}) {
         LossTerms terms;
         const double largest = run_identical(tp, logit, act, &terms);
-        if (logit != LogitLoss::SoftCrossEntropy) {
+        if (logit != LogitLoss::soft_ce) {
           EXPECT_LE(std::abs(terms.logits), 1e-6) << name;
         }
         EXPECT_LE(std::abs(terms.activations), 1e-6) << name << " activation " << int(act);

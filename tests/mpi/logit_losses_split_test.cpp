@@ -40,11 +40,11 @@ torch::Tensor reference_per_token(const torch::Tensor& s, const torch::Tensor& t
   torch::Tensor log_p = torch::log_softmax(tt, -1);
   const auto none = F::KLDivFuncOptions().reduction(torch::kNone).log_target(true);
   switch (c.kind) {
-    case LogitLoss::ForwardKL:  // kl_div(input = log q, target = log p) = p (log p - log q)
+    case LogitLoss::forward_kl:  // kl_div(input = log q, target = log p) = p (log p - log q)
       return torch::nan_to_num(F::kl_div(log_q, log_p, none), 0.0).sum(-1);
-    case LogitLoss::ReverseKL:
+    case LogitLoss::reverse_kl:
       return F::kl_div(log_p, log_q, none).sum(-1);
-    case LogitLoss::SoftCrossEntropy:
+    case LogitLoss::soft_ce:
       return -(log_p.exp() * log_q).sum(-1);
   }
   return {};
@@ -70,11 +70,11 @@ TEST(LogitLossesSplit, MatchGatheredVocabularyReference) {
   // No padding; the last rank partly padded; rank tp-2 partly padded and the last fully.
   const std::vector<int64_t> vocabularies = {padded, padded - 5, kLocal * (tp - 1) - 3};
   std::vector<Case> cases;
-  for (LogitLoss kind : {LogitLoss::ForwardKL, LogitLoss::ReverseKL, LogitLoss::SoftCrossEntropy})
+  for (LogitLoss kind : {LogitLoss::forward_kl, LogitLoss::reverse_kl, LogitLoss::soft_ce})
     for (double temperature : {1.0, 2.5})
       for (int64_t top_k : {0, 5})
         for (bool with_ce : {false, true})
-          if (!(top_k > 0 && kind == LogitLoss::ReverseKL))
+          if (!(top_k > 0 && kind == LogitLoss::reverse_kl))
             cases.push_back({kind, temperature, top_k, with_ce});
   int checked = 0;
   for (int64_t vocab : vocabularies) {
@@ -102,8 +102,9 @@ TEST(LogitLossesSplit, MatchGatheredVocabularyReference) {
       (c.with_ce ? kd_weight * kd + ce_weight * ce : kd_weight * kd).backward();
 
       torch::Tensor x = s_full.narrow(1, 0, vocab).clone().requires_grad_(true);
-      torch::Tensor ref_kd = (reference_per_token(x, t_full.narrow(1, 0, vocab), c) * weight).sum() *
-                             c.temperature * c.temperature;
+      torch::Tensor ref_kd =
+          (reference_per_token(x, t_full.narrow(1, 0, vocab), c) * weight).sum() * c.temperature *
+          c.temperature;
       torch::Tensor ref_ce = F::cross_entropy(
           x, targets, F::CrossEntropyFuncOptions().reduction(torch::kSum).ignore_index(-100));
       (c.with_ce ? kd_weight * ref_kd + ce_weight * ref_ce : kd_weight * ref_kd).backward();
@@ -112,7 +113,8 @@ TEST(LogitLossesSplit, MatchGatheredVocabularyReference) {
               .narrow(1, rank * kLocal, kLocal);
 
       const std::string what = describe(c, vocab) + " rank " + std::to_string(rank);
-      EXPECT_NEAR(kd.item<double>(), ref_kd.item<double>(), 1e-10 * (1 + ref_kd.abs().item<double>()))
+      EXPECT_NEAR(kd.item<double>(), ref_kd.item<double>(),
+                  1e-10 * (1 + ref_kd.abs().item<double>()))
           << what;
       if (c.with_ce)
         EXPECT_NEAR(ce.item<double>(), ref_ce.item<double>(), 1e-10 * ref_ce.item<double>())

@@ -5,10 +5,10 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "engine/grad_sync.h"
-#include "engine/sharding.h"
+#include "engine/optim/grad_sync.h"
 #include "layers/block.h"
 #include "layers/model.h"
+#include "layers/sharding.h"
 #include "layers/vocab_parallel.h"
 #include "parallel/primitives.h"
 
@@ -65,7 +65,7 @@ void expect_same_gradients(ParameterStore& parallel, ParameterStore& plain,
     ASSERT_TRUE(p.value.grad().defined()) << p.spec.name;
     torch::Tensor expected = q->value.grad();
     if (q->spec.padded_rows > 0) expected = expected.narrow(0, 0, q->spec.shape[0]);
-    expect_close(engine::to_global(p.value.grad(), p.spec, tp), expected, p.spec.name);
+    expect_close(layers::to_global(p.value.grad(), p.spec, tp), expected, p.spec.name);
     ++compared;
   }
   EXPECT_EQ(compared, int(plain.all().size()));
@@ -126,7 +126,7 @@ TEST(ParallelLayers, VocabParallelEmbedding) {
     torch::Tensor yp = vocab_parallel_embedding(tokens, wp, tp);
     yp.backward(sequence ? seq_chunk(G, s.comm) : G);
     expect_close(yp, sequence ? seq_chunk(yq, s.comm) : yq.detach(), "embedding output");
-    expect_close(engine::to_global(wp.grad(), spec, tp), wq.grad(), "embedding weight grad");
+    expect_close(layers::to_global(wp.grad(), spec, tp), wq.grad(), "embedding weight grad");
   }
 }
 
@@ -171,7 +171,7 @@ TEST(ParallelLayers, AttentionMlpBlock) {
           if (p.value.dim() == 1) {
             torch::manual_seed(std::hash<std::string>()(p.spec.name) % 1000);
             torch::Tensor global = torch::randn(p.spec.shape, torch::kDouble);
-            p.value.copy_(engine::from_global(global, p.spec, st == &ps ? tp : s.plain, p.value));
+            p.value.copy_(layers::from_global(global, p.spec, st == &ps ? tp : s.plain, p.value));
           }
     }
     const int64_t seq = 4 * n;

@@ -8,10 +8,10 @@
 
 #include <filesystem>
 
-#include "engine/config.h"
-#include "engine/h5_tensors.h"
-#include "engine/sharding.h"
-#include "engine/trainer.h"
+#include "engine/checkpoint/h5_tensors.h"
+#include "engine/config/config.h"
+#include "engine/train/trainer.h"
+#include "layers/sharding.h"
 #include "trainer_test_support.h"
 
 using namespace retort;
@@ -49,17 +49,17 @@ TEST(TrainerMpi, ZeroOneShardsOptimizerState) {
   if (world_size() != 4) GTEST_SKIP() << "needs 4 ranks";
   TrainConfig plain_config = small({"parallel.data=4", "training.micro_batch=1"});
   parallel::Mesh plain_mesh(plain_config.layout);
-  Trainer plain(plain_config, nullptr, &plain_mesh);
+  Trainer plain(plain_config, nullptr, plain_mesh);
   TrainConfig zero_config =
       small({"parallel.data=4", "training.micro_batch=1", "optimizer.zero_stage=1"});
   parallel::Mesh zero_mesh(zero_config.layout);
-  Trainer zero(zero_config, nullptr, &zero_mesh);
+  Trainer zero(zero_config, nullptr, zero_mesh);
   const double full = double(plain.optimizer().state_bytes());
   const double mine = double(zero.optimizer().state_bytes());
   EXPECT_EQ(sum_over_world(mine), full);  // every state element on exactly one rank
   EXPECT_LT(mine, 0.5 * full);            // and balanced well below the whole
   // Equal training: after two steps the parameters agree.
-  for (int i = 0; i < 2; ++i) EXPECT_NEAR(zero.train_step(), plain.train_step(), 1e-6);
+  for (int i = 0; i < 2; ++i) EXPECT_NEAR(zero.train_step().loss, plain.train_step().loss, 1e-6);
   for (size_t i = 0; i < plain.parameters().all().size(); ++i)
     EXPECT_TRUE(torch::allclose(zero.parameters().all()[i].value, plain.parameters().all()[i].value,
                                 1e-5, 1e-7))
@@ -71,18 +71,17 @@ TEST(TrainerMpi, DataParallelBucketsLaunchDuringBackward) {
   TrainConfig config =
       small({"parallel.data=4", "training.micro_batch=1", "parallel.dp_bucket_mb=0.02"});
   parallel::Mesh mesh(config.layout);
-  Trainer trainer(config, nullptr, &mesh);
+  Trainer trainer(config, nullptr, mesh);
   trainer.train_step();
-  ASSERT_NE(trainer.dp_sync(), nullptr);
-  EXPECT_GT(trainer.dp_sync()->bucket_count(), 3u);
-  EXPECT_EQ(trainer.dp_sync()->launched_during_backward(),
-            int64_t(trainer.dp_sync()->bucket_count()));
+  const GradientSync& sync = trainer.gradient_sync();
+  EXPECT_GT(sync.bucket_count(), 3u);
+  EXPECT_EQ(sync.finished_during_backward(), int64_t(sync.bucket_count()));
   // Besides the buckets, the only DP reductions are two scalars (token count and loss).
   int64_t gradient_bytes = 0;
   for (const auto& p : trainer.parameters().all())
     gradient_bytes += p.value.numel() * p.value.element_size();
   const auto& all_reduce = mesh.dp().counters().at("all_reduce");
-  EXPECT_EQ(all_reduce.calls, int64_t(trainer.dp_sync()->bucket_count()) + 2);
+  EXPECT_EQ(all_reduce.calls, int64_t(sync.bucket_count()) + 2);
   EXPECT_EQ(all_reduce.bytes, gradient_bytes + 2 * 8);
 }
 
@@ -92,7 +91,7 @@ TEST(TrainerMpi, CheckpointReshardsAcrossLayouts) {
   TrainConfig a_config = small({"parallel.tensor=2", "parallel.sequence_parallel=true",
                                 "optimizer.zero_stage=1", "run.dir=" + dir, "training.steps=4"});
   parallel::Mesh a_mesh(a_config.layout);
-  Trainer a(a_config, nullptr, &a_mesh);
+  Trainer a(a_config, nullptr, a_mesh);
   a.train_step();
   a.train_step();
   const std::string path = checkpoint_path(dir, 2);
@@ -105,7 +104,7 @@ TEST(TrainerMpi, CheckpointReshardsAcrossLayouts) {
   TrainConfig b_config =
       small({"parallel.tensor=4", "run.dir=" + dir, "training.steps=4", "checkpoint.load=" + path});
   parallel::Mesh b_mesh(b_config.layout);
-  Trainer b(b_config, nullptr, &b_mesh);
+  Trainer b(b_config, nullptr, b_mesh);
   EXPECT_EQ(b.step(), 2);
   for (auto& p : b.parameters().all()) {
     torch::Tensor stored =
@@ -118,6 +117,6 @@ TEST(TrainerMpi, CheckpointReshardsAcrossLayouts) {
     EXPECT_TRUE(torch::equal(to_global(s.exp_avg_sq, p.spec, b.tensor_parallel()), state))
         << p.spec.name;
   }
-  const double loss_a = a.train_step(), loss_b = b.train_step();
+  const double loss_a = a.train_step().loss, loss_b = b.train_step().loss;
   EXPECT_NEAR(loss_b, loss_a, 1e-5 * loss_a);
 }

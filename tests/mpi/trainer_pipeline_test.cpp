@@ -4,19 +4,20 @@
 // uneven split, giving the loss the original layout gets; the two copies of tied embeddings
 // stay bitwise equal across training; validation through the pipeline equals the 1-rank
 // model's; a stage that cannot load its part of a checkpoint stops every stage with the
-// same error instead of leaving the others waiting; and activation memory does not grow
-// with the number of micro-batches.
+// same error instead of leaving the others waiting; activation memory does not grow
+// with the number of micro-batches; and bubble timing (two barriers) runs only when an
+// inspector asks for it.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <filesystem>
 
 #include "common/user_error.h"
-#include "engine/config.h"
-#include "engine/h5_tensors.h"
-#include "engine/memory_tracker.h"
-#include "engine/sharding.h"
-#include "engine/trainer.h"
+#include "engine/checkpoint/h5_tensors.h"
+#include "engine/config/config.h"
+#include "engine/observe/memory_tracker.h"
+#include "engine/train/trainer.h"
+#include "layers/sharding.h"
 #include "trainer_test_support.h"
 
 using namespace retort;
@@ -55,7 +56,7 @@ TEST(TrainerPipeline, CheckpointGathersStagesAndResumesUnderAnotherSplit) {
   TrainConfig a_config =
       small({"parallel.tensor=2", "parallel.pipeline=2", "run.dir=" + dir, "training.steps=4"});
   parallel::Mesh a_mesh(a_config.layout);
-  Trainer a(a_config, nullptr, &a_mesh);
+  Trainer a(a_config, nullptr, a_mesh);
   a.train_step();
   a.train_step();
   const std::string path = checkpoint_path(dir, 2);
@@ -77,7 +78,7 @@ TEST(TrainerPipeline, CheckpointGathersStagesAndResumesUnderAnotherSplit) {
   TrainConfig b_config = small({"parallel.pipeline=4", "parallel.pipeline_split=[1,2,1,1]",
                                 "run.dir=" + dir, "training.steps=4", "checkpoint.load=" + path});
   parallel::Mesh b_mesh(b_config.layout);
-  Trainer b(b_config, nullptr, &b_mesh);
+  Trainer b(b_config, nullptr, b_mesh);
   EXPECT_EQ(b.step(), 2);
   for (auto& p : b.parameters().all()) {
     torch::Tensor stored =
@@ -85,7 +86,7 @@ TEST(TrainerPipeline, CheckpointGathersStagesAndResumesUnderAnotherSplit) {
     EXPECT_TRUE(torch::equal(p.value, stored)) << p.spec.name;
   }
   for (int i = 0; i < 2; ++i) {
-    const double loss_a = a.train_step(), loss_b = b.train_step();
+    const double loss_a = a.train_step().loss, loss_b = b.train_step().loss;
     EXPECT_NEAR(loss_b, loss_a, 1e-5 * loss_a);
   }
 }
@@ -94,7 +95,7 @@ TEST(TrainerPipeline, TiedEmbeddingCopiesStayEqual) {
   if (world_size() != 4) GTEST_SKIP() << "needs 4 ranks";
   TrainConfig config = small({"parallel.pipeline=4", "training.steps=3"});
   parallel::Mesh mesh(config.layout);
-  Trainer trainer(config, nullptr, &mesh);
+  Trainer trainer(config, nullptr, mesh);
   for (int i = 0; i < 3; ++i) trainer.train_step();
   const int stage = mesh.coordinates().pp;
   layers::Parameter* embed = trainer.parameters().find("embed.weight");
@@ -115,15 +116,32 @@ TEST(TrainerPipeline, TiedEmbeddingCopiesStayEqual) {
   }
 }
 
+TEST(TrainerPipeline, BubbleTimingIsOptInAndAProductionStepRunsNoBarrier) {
+  if (world_size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  TrainConfig config = small({"parallel.pipeline=4", "training.steps=3"});
+  parallel::Mesh mesh(config.layout);
+  Trainer trainer(config, nullptr, mesh);
+  trainer.train_step();
+  for (parallel::Communicator* group : {&mesh.pp(), &mesh.dp(), &mesh.tp(), &mesh.world()})
+    EXPECT_EQ(group->counters().count("barrier"), 0u) << "a production step ran a barrier";
+  StepInspector inspector;
+  inspector.time_pipeline = true;
+  trainer.set_inspector(&inspector);
+  trainer.train_step();
+  EXPECT_EQ(mesh.pp().counters().at("barrier").calls, 2);
+  EXPECT_GT(inspector.pipeline_timing.busy_s, 0.0);
+  EXPECT_GE(inspector.pipeline_timing.wall_s, inspector.pipeline_timing.busy_s);
+}
+
 TEST(TrainerPipeline, ValidationThroughThePipelineEqualsTheWholeModel) {
   if (world_size() != 4) GTEST_SKIP() << "needs 4 ranks";
   TrainConfig config = small({"parallel.pipeline=2", "parallel.data=2", "training.steps=1"});
   parallel::Mesh mesh(config.layout);
-  Trainer pipelined(config, nullptr, &mesh);
+  Trainer pipelined(config, nullptr, mesh);
   const double valid = pipelined.evaluate();
   // The same model on one rank, without MPI.
   if (world_rank() == 0) {
-    Trainer whole(small({"training.steps=1"}, 1), nullptr, nullptr);
+    Trainer whole(small({"training.steps=1"}, 1), nullptr);
     EXPECT_NEAR(valid, whole.evaluate(), 1e-6 * valid);
   }
 }
@@ -135,7 +153,7 @@ TEST(TrainerPipeline, AStageThatCannotLoadStopsEveryStage) {
   TrainConfig four = small({"model.layers=4", "parallel.pipeline=4", "run.dir=" + dir});
   {
     parallel::Mesh mesh(four.layout);
-    Trainer t(four, nullptr, &mesh);
+    Trainer t(four, nullptr, mesh);
     t.save(checkpoint_path(dir, 0));
   }
   MPI_Barrier(MPI_COMM_WORLD);
@@ -143,7 +161,7 @@ TEST(TrainerPipeline, AStageThatCannotLoadStopsEveryStage) {
   parallel::Mesh mesh(five.layout);
   std::string error;
   try {
-    Trainer t(five, nullptr, &mesh);
+    Trainer t(five, nullptr, mesh);
   } catch (const UserError& e) {
     error = e.what();
   }
@@ -161,7 +179,7 @@ TEST(TrainerPipeline, ActivationMemoryDoesNotGrowWithMicroBatches) {
     TrainConfig config = small({"parallel.pipeline=4", "training.steps=3",
                                 "training.global_batch=" + std::to_string(2 * micro_batches)});
     parallel::Mesh mesh(config.layout);
-    Trainer trainer(config, nullptr, &mesh);
+    Trainer trainer(config, nullptr, mesh);
     trainer.train_step();  // optimizer state and gradients exist from here on
     const int64_t before = memory.current_bytes();
     memory.reset_peak();

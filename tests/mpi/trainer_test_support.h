@@ -8,9 +8,9 @@
 
 #include <string>
 
-#include "engine/h5_tensors.h"
-#include "engine/sharding.h"
-#include "engine/trainer.h"
+#include "engine/checkpoint/h5_tensors.h"
+#include "engine/train/trainer.h"
+#include "layers/sharding.h"
 
 namespace retort::test {
 
@@ -30,7 +30,7 @@ inline int world_size() {
 inline void expect_checkpoint_holds_parameters(const std::string& path, engine::Trainer& trainer) {
   engine::H5Handle file{H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose};
   for (auto& p : trainer.parameters().all()) {
-    torch::Tensor global = engine::to_global(p.value, p.spec, trainer.tensor_parallel());
+    torch::Tensor global = layers::to_global(p.value, p.spec, trainer.tensor_parallel());
     torch::Tensor stored = engine::h5_read_tensor(file.id, path, "/params/" + p.spec.name,
                                                   p.spec.shape, torch::kFloat);
     EXPECT_TRUE(torch::equal(global, stored)) << p.spec.name;

@@ -1,10 +1,11 @@
 // tests/unit/config_test.cpp: strict YAML config loading and key=value overrides: values
 // land typed, and each kind of bad input is refused with a message naming the culprit.
+#include "engine/config/config.h"
+
 #include <gtest/gtest.h>
 
 #include "common/user_error.h"
-#include "engine/config.h"
-#include "engine/train_config.h"
+#include "engine/config/train_config.h"
 
 using namespace retort;
 using namespace retort::engine;
@@ -26,8 +27,10 @@ std::string error_of(F f) {
 
 TEST(Config, ReadsNestedYamlAndOverrides) {
   Config c;
-  c.merge_yaml_text("training:\n  steps: 7\n  micro_batch: 2\nmodel:\n  layer_windows: [0, 4]\n"
-                    "parallel:\n  data: auto\n", "t.yaml");
+  c.merge_yaml_text(
+      "training:\n  steps: 7\n  micro_batch: 2\nmodel:\n  layer_windows: [0, 4]\n"
+      "parallel:\n  data: auto\n",
+      "t.yaml");
   c.apply_override("optimizer.lr=0.5");
   c.apply_override("data.paths=[a, b]");
   EXPECT_EQ(c.get_int("training.steps"), 7);
@@ -118,11 +121,61 @@ TEST(Config, CrossKeyChecks) {
   e = error_of([&] { make_train_config(with({"training.global_batch=6"}), 1); });
   EXPECT_NE(e.find("training.global_batch=6 is not a multiple"), std::string::npos) << e;
   e = error_of([&] { make_train_config(with({"model.layer_windows=[1]"}), 1); });
-  EXPECT_NE(e.find("model.layer_windows has 1 entries but model.layers=2"), std::string::npos)
-      << e;
+  EXPECT_NE(e.find("model.layer_windows has 1 entries but model.layers=2"), std::string::npos) << e;
   e = error_of([&] { make_train_config(Config::load("", {}), 1); });
   EXPECT_NE(e.find("data.paths is empty"), std::string::npos) << e;
   TrainConfig t = make_train_config(with({"training.global_batch=16"}), 1);
   EXPECT_EQ(t.accumulation_steps(), 4);
   EXPECT_EQ(t.layout.data, 1);
+}
+
+// The key table assigns every key into its member: one key of each type, enums parsed at the
+// boundary (a wrong name never reaches the engine), "auto", defaults from the key lists.
+TEST(ConfigKeys, EveryKindOfValueReachesTrainConfig) {
+  const TrainConfig defaults = make_train_config(Config::load("", {"data.paths=[x]"}), 1);
+  EXPECT_EQ(defaults.optimizer.schedule.shape, LrShape::cosine);
+  EXPECT_EQ(defaults.optimizer.schedule.decay_steps, defaults.training.steps);  // 0 = steps
+  EXPECT_EQ(defaults.parallel.data.value, 0);                                  // auto
+  EXPECT_EQ(defaults.layout.data, 1);
+  EXPECT_EQ(defaults.dtype, DType::float32);
+  EXPECT_EQ(defaults.model.hidden, layers::ModelConfig().hidden);
+
+  const TrainConfig t = make_train_config(
+      Config::load("", {"data.paths=[x, y]", "data.weights=[2, 1]", "optimizer.schedule=linear",
+                        "optimizer.lr=0.5", "optimizer.min_lr=0.25", "optimizer.decay_steps=7",
+                        "distill.logit_loss=soft_ce", "distill.activation_loss=cosine",
+                        "distill.logit_weight=1", "distill.temperature=2.5",
+                        "distill.scale_t2=false", "model.dtype=float64", "runtime.device=cuda",
+                        "parallel.data=1", "model.layers=3", "model.layer_windows=[3, 0, 5]",
+                        "teacher.hidden=96", "teacher.heads=6", "teacher.kv_heads=3",
+                        "model.freeze=[embed.*]", "runtime.threads=3", "seed=77"}),
+      1);
+  EXPECT_EQ(t.data.paths, (std::vector<std::string>{"x", "y"}));
+  EXPECT_EQ(t.data.weights, (std::vector<double>{2, 1}));
+  EXPECT_EQ(t.optimizer.schedule.shape, LrShape::linear);
+  EXPECT_EQ(t.optimizer.schedule.lr, 0.5);
+  EXPECT_EQ(t.optimizer.schedule.min_lr, 0.25);
+  EXPECT_EQ(t.optimizer.schedule.decay_steps, 7);
+  EXPECT_EQ(t.distill.objective.logits.kind, distill::LogitLoss::soft_ce);
+  EXPECT_EQ(t.distill.objective.activation_kind, distill::ActivationLoss::cosine);
+  EXPECT_EQ(t.distill.objective.logits.temperature, 2.5);
+  EXPECT_FALSE(t.distill.objective.logits.scale_by_t2);
+  EXPECT_TRUE(t.distill.enabled);
+  EXPECT_EQ(t.dtype, DType::float64);
+  EXPECT_EQ(t.runtime.device, Device::cuda);
+  EXPECT_EQ(t.runtime.threads, 3);
+  EXPECT_EQ(t.seed, 77);
+  EXPECT_EQ(t.distill.keys.seed, 77);  // teacher.seed 0 = the run seed
+  EXPECT_EQ(t.parallel.data.value, 1);
+  EXPECT_EQ(t.model.layer_windows, (std::vector<int64_t>{3, 0, 5}));
+  EXPECT_EQ(t.distill.teacher.hidden, 96);
+  EXPECT_EQ(t.distill.teacher.layers, 3);  // not given: the student's
+  EXPECT_TRUE(t.distill.teacher_shape_given);
+  EXPECT_EQ(t.params.freeze, (std::vector<std::string>{"embed.*"}));
+
+  const std::string e =
+      error_of([&] { Config::load("", {"data.paths=[x]", "optimizer.schedule=cosin"}); });
+  EXPECT_NE(e.find("optimizer.schedule = 'cosin' is not one of: cosine, linear, constant"),
+            std::string::npos)
+      << e;
 }

@@ -10,10 +10,10 @@
 #include <set>
 
 #include "common/user_error.h"
-#include "engine/batches.h"
-#include "engine/blended_samples.h"
-#include "engine/indexed_dataset.h"
-#include "engine/token_windows.h"
+#include "engine/data/batches.h"
+#include "engine/data/blended_samples.h"
+#include "engine/data/indexed_dataset.h"
+#include "engine/data/token_windows.h"
 
 using namespace retort;
 using namespace retort::engine;
@@ -85,10 +85,10 @@ TEST(IndexedDataset, HeaderLayoutIsMegatrons) {
   std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   ASSERT_EQ(bytes.size(), 34u + 5 * 4 + 5 * 8 + 6 * 8);
   EXPECT_EQ(std::string(bytes.data(), 7), "MMIDIDX");
-  EXPECT_EQ(bytes[9], 1);    // version, little-endian u64
-  EXPECT_EQ(bytes[17], 8);   // dtype code of uint16
-  EXPECT_EQ(bytes[18], 5);   // sequence count
-  EXPECT_EQ(bytes[26], 6);   // document index count (documents + 1)
+  EXPECT_EQ(bytes[9], 1);   // version, little-endian u64
+  EXPECT_EQ(bytes[17], 8);  // dtype code of uint16
+  EXPECT_EQ(bytes[18], 5);  // sequence count
+  EXPECT_EQ(bytes[26], 6);  // document index count (documents + 1)
   int64_t second_pointer;
   std::memcpy(&second_pointer, bytes.data() + 34 + 20 + 8, 8);
   EXPECT_EQ(second_pointer, 5 * 2);  // byte offset of sequence 1
@@ -182,9 +182,10 @@ TEST(BlendedSamples, FollowsWeights) {
       write_dataset("blend_a", TokenDtype::UInt16, sample_documents(0)));
   auto b = std::make_shared<IndexedDataset>(
       write_dataset("blend_b", TokenDtype::UInt16, sample_documents(1000)));
-  BlendedSamples blend({std::make_shared<TokenWindows>(a, std::vector<int64_t>{0, 1, 2, 3, 4}, 4, 1),
-                        std::make_shared<TokenWindows>(b, std::vector<int64_t>{0, 1, 2, 3, 4}, 4, 2)},
-                       {3.0, 1.0});
+  BlendedSamples blend(
+      {std::make_shared<TokenWindows>(a, std::vector<int64_t>{0, 1, 2, 3, 4}, 4, 1),
+       std::make_shared<TokenWindows>(b, std::vector<int64_t>{0, 1, 2, 3, 4}, 4, 2)},
+      {3.0, 1.0});
   int from_b = 0;
   for (int64_t i = 0; i < 400; ++i) {
     std::vector<int64_t> w(5);

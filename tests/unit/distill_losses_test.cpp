@@ -22,13 +22,13 @@ torch::Tensor reference_logit_loss(const torch::Tensor& s, const torch::Tensor& 
   torch::Tensor log_q = torch::log_softmax(s.narrow(-1, 0, kVocab) / temperature, -1);
   torch::Tensor log_p = torch::log_softmax(t.narrow(-1, 0, kVocab) / temperature, -1);
   switch (kind) {
-    case LogitLoss::ForwardKL:  // kl_div(input=log q, target=p) = sum p (log p - log q)
+    case LogitLoss::forward_kl:  // kl_div(input=log q, target=p) = sum p (log p - log q)
       return F::kl_div(log_q, log_p, F::KLDivFuncOptions().reduction(torch::kNone).log_target(true))
           .sum(-1);
-    case LogitLoss::ReverseKL:
+    case LogitLoss::reverse_kl:
       return F::kl_div(log_p, log_q, F::KLDivFuncOptions().reduction(torch::kNone).log_target(true))
           .sum(-1);
-    case LogitLoss::SoftCrossEntropy:
+    case LogitLoss::soft_ce:
       return -(log_p.exp() * log_q).sum(-1);
   }
   return {};
@@ -38,7 +38,7 @@ torch::Tensor reference_logit_loss(const torch::Tensor& s, const torch::Tensor& 
 
 TEST(LogitLosses, MatchReferenceValuesAndGradients) {
   torch::manual_seed(3);
-  for (LogitLoss kind : {LogitLoss::ForwardKL, LogitLoss::ReverseKL, LogitLoss::SoftCrossEntropy}) {
+  for (LogitLoss kind : {LogitLoss::forward_kl, LogitLoss::reverse_kl, LogitLoss::soft_ce}) {
     for (double temperature : {1.0, 2.5}) {
       torch::Tensor s = (torch::randn({3, 7, kPadded}, torch::kDouble) * 2).requires_grad_(true);
       torch::Tensor t = torch::randn({3, 7, kPadded}, torch::kDouble) * 2;
@@ -52,11 +52,11 @@ TEST(LogitLosses, MatchReferenceValuesAndGradients) {
       torch::Tensor loss = logit_distillation_sum(s, t, weight, kVocab, o, {});
       loss.backward();
       torch::Tensor s_ref = s.detach().clone().requires_grad_(true);
-      torch::Tensor ref =
-          (reference_logit_loss(s_ref, t, kind, temperature) * weight).sum() * temperature *
-          temperature;
+      torch::Tensor ref = (reference_logit_loss(s_ref, t, kind, temperature) * weight).sum() *
+                          temperature * temperature;
       ref.backward();
-      EXPECT_NEAR(loss.item<double>(), ref.item<double>(), 1e-10) << int(kind) << " T" << temperature;
+      EXPECT_NEAR(loss.item<double>(), ref.item<double>(), 1e-10)
+          << int(kind) << " T" << temperature;
       EXPECT_TRUE(torch::allclose(s.grad(), s_ref.grad(), 1e-9, 1e-12)) << int(kind);
       // Padded vocabulary and masked tokens get no gradient.
       EXPECT_EQ(s.grad().narrow(-1, kVocab, kPadded - kVocab).abs().max().item<double>(), 0.0);
@@ -79,11 +79,12 @@ TEST(LogitLosses, FusedCrossEntropyMatchesTorch) {
     auto [kd, ce] = logit_distillation_and_lm_sums(s, t, weight, targets, kVocab, o, {});
     (0.7 * kd + 0.3 * ce).backward();
     torch::Tensor x = s.detach().clone().requires_grad_(true);
-    torch::Tensor ref_kd = (reference_logit_loss(x, t, LogitLoss::ForwardKL, temperature) * weight)
-                               .sum() * temperature * temperature;
-    torch::Tensor ref_ce = F::cross_entropy(
-        x.narrow(-1, 0, kVocab).reshape({-1, kVocab}), targets.reshape({-1}),
-        F::CrossEntropyFuncOptions().reduction(torch::kSum).ignore_index(-100));
+    torch::Tensor ref_kd =
+        (reference_logit_loss(x, t, LogitLoss::forward_kl, temperature) * weight).sum() *
+        temperature * temperature;
+    torch::Tensor ref_ce =
+        F::cross_entropy(x.narrow(-1, 0, kVocab).reshape({-1, kVocab}), targets.reshape({-1}),
+                         F::CrossEntropyFuncOptions().reduction(torch::kSum).ignore_index(-100));
     (0.7 * ref_kd + 0.3 * ref_ce).backward();
     EXPECT_NEAR(kd.item<double>(), ref_kd.item<double>(), 1e-10);
     EXPECT_NEAR(ce.item<double>(), ref_ce.item<double>(), 1e-10);
@@ -94,7 +95,7 @@ TEST(LogitLosses, FusedCrossEntropyMatchesTorch) {
 TEST(LogitLosses, TopKTeacherMatchesReference) {
   torch::manual_seed(9);
   const int64_t k = 7;
-  for (LogitLoss kind : {LogitLoss::ForwardKL, LogitLoss::SoftCrossEntropy}) {
+  for (LogitLoss kind : {LogitLoss::forward_kl, LogitLoss::soft_ce}) {
     torch::Tensor s = torch::randn({6, kPadded}, torch::kDouble).requires_grad_(true);
     torch::Tensor t = torch::randn({6, kPadded}, torch::kDouble) * 3;
     torch::Tensor w = torch::ones({6}, torch::kDouble);
@@ -111,7 +112,7 @@ TEST(LogitLosses, TopKTeacherMatchesReference) {
     auto [values, indices] = tv.topk(k, -1);
     torch::Tensor log_p_k = torch::log_softmax(values, -1);
     torch::Tensor log_q = torch::log_softmax(x.narrow(-1, 0, kVocab) / 1.5, -1).gather(-1, indices);
-    torch::Tensor per_token = kind == LogitLoss::ForwardKL
+    torch::Tensor per_token = kind == LogitLoss::forward_kl
                                   ? (log_p_k.exp() * (log_p_k - log_q)).sum(-1)
                                   : -(log_p_k.exp() * log_q).sum(-1);
     torch::Tensor ref = per_token.sum() * 1.5 * 1.5;
@@ -124,7 +125,7 @@ TEST(LogitLosses, TopKTeacherMatchesReference) {
 TEST(LogitLosses, UnpaddedVocabularyMatchesReference) {
   // No padding: the dense code path (log-sum-exps added after the sums, q and p in place).
   torch::manual_seed(10);
-  for (LogitLoss kind : {LogitLoss::ForwardKL, LogitLoss::SoftCrossEntropy}) {
+  for (LogitLoss kind : {LogitLoss::forward_kl, LogitLoss::soft_ce}) {
     for (double temperature : {1.0, 2.0}) {
       for (bool with_ce : {false, true}) {
         torch::Tensor s = (torch::randn({5, kPadded}, torch::kDouble) * 2).requires_grad_(true);
@@ -142,15 +143,15 @@ TEST(LogitLosses, UnpaddedVocabularyMatchesReference) {
         torch::Tensor x = s.detach().clone().requires_grad_(true);
         torch::Tensor log_q = torch::log_softmax(x / temperature, -1);
         torch::Tensor log_p = torch::log_softmax(t / temperature, -1);
-        torch::Tensor per_token = kind == LogitLoss::ForwardKL
+        torch::Tensor per_token = kind == LogitLoss::forward_kl
                                       ? (log_p.exp() * (log_p - log_q)).sum(-1)
                                       : -(log_p.exp() * log_q).sum(-1);
         torch::Tensor ref = (per_token * w).sum() * temperature * temperature;
         if (with_ce)
-          ref = ref + 0.5 * F::cross_entropy(x, targets,
-                                             F::CrossEntropyFuncOptions()
-                                                 .reduction(torch::kSum)
-                                                 .ignore_index(-100));
+          ref = ref +
+                0.5 * F::cross_entropy(
+                          x, targets,
+                          F::CrossEntropyFuncOptions().reduction(torch::kSum).ignore_index(-100));
         ref.backward();
         EXPECT_NEAR((kd + 0.5 * ce).item<double>(), ref.item<double>(), 1e-10);
         EXPECT_TRUE(torch::allclose(s.grad(), x.grad(), 1e-9, 1e-12))
@@ -163,7 +164,7 @@ TEST(LogitLosses, UnpaddedVocabularyMatchesReference) {
 TEST(LogitLosses, ZeroWhenStudentEqualsTeacher) {
   torch::Tensor s = torch::randn({4, kPadded}, torch::kDouble).requires_grad_(true);
   torch::Tensor w = torch::ones({4}, torch::kDouble);
-  for (LogitLoss kind : {LogitLoss::ForwardKL, LogitLoss::ReverseKL}) {
+  for (LogitLoss kind : {LogitLoss::forward_kl, LogitLoss::reverse_kl}) {
     LogitLossOptions o;
     o.kind = kind;
     torch::Tensor loss = logit_distillation_sum(s, s.detach(), w, kVocab, o, {});
@@ -182,15 +183,15 @@ TEST(ActivationLosses, MatchReference) {
     std::function<torch::Tensor(const torch::Tensor&)> reference;  // per token
   };
   std::vector<Case> cases = {
-      {ActivationLoss::Mse,
+      {ActivationLoss::mse,
        [&](const torch::Tensor& x) {
          return F::mse_loss(x, t, F::MSELossFuncOptions().reduction(torch::kNone)).mean(-1);
        }},
-      {ActivationLoss::Cosine,
+      {ActivationLoss::cosine,
        [&](const torch::Tensor& x) {
          return 1 - F::cosine_similarity(x, t, F::CosineSimilarityFuncOptions().dim(-1));
        }},
-      {ActivationLoss::L2, [&](const torch::Tensor& x) { return torch::norm(x - t, 2, {-1}); }},
+      {ActivationLoss::l2, [&](const torch::Tensor& x) { return torch::norm(x - t, 2, {-1}); }},
   };
   for (const Case& c : cases) {
     if (s.grad().defined()) s.mutable_grad().zero_();

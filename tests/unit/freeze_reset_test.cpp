@@ -9,8 +9,8 @@
 #include <filesystem>
 
 #include "common/user_error.h"
-#include "engine/config.h"
-#include "engine/trainer.h"
+#include "engine/config/config.h"
+#include "engine/train/trainer.h"
 
 using namespace retort;
 using namespace retort::engine;
@@ -19,11 +19,18 @@ namespace fs = std::filesystem;
 namespace {
 
 TrainConfig small(const std::string& dir, std::vector<std::string> extra) {
-  std::vector<std::string> all = {
-      "data.paths=[" RETORT_TEST_CORPUS "]", "run.dir=" + dir, "model.layers=2",
-      "model.hidden=64", "model.ffn_hidden=128", "data.seq_len=32", "training.global_batch=4",
-      "training.micro_batch=4", "training.eval_every=0", "runtime.peak_gflops=1",
-      "optimizer.warmup_steps=0", "training.steps=3"};
+  std::vector<std::string> all = {"data.paths=[" RETORT_TEST_CORPUS "]",
+                                  "run.dir=" + dir,
+                                  "model.layers=2",
+                                  "model.hidden=64",
+                                  "model.ffn_hidden=128",
+                                  "data.seq_len=32",
+                                  "training.global_batch=4",
+                                  "training.micro_batch=4",
+                                  "training.eval_every=0",
+                                  "runtime.peak_gflops=1",
+                                  "optimizer.warmup_steps=0",
+                                  "training.steps=3"};
   all.insert(all.end(), extra.begin(), extra.end());
   return make_train_config(Config::load(RETORT_TEST_CONFIGS "/tiny.yaml", all), 1);
 }
@@ -68,8 +75,8 @@ TEST(Reset, ResetFollowsInitOthersEqualCheckpoint) {
   const std::string teacher_dir = fresh("teacher");
   Trainer teacher(small(teacher_dir, {}), nullptr);
   teacher.run();  // saves teacher_dir/checkpoints/step_00000003.h5
-  Trainer student(small(fresh("student"), {"model.init.from=" + teacher_dir,
-                                           "model.init.reset=[layers.*.attn.*]"}),
+  Trainer student(small(fresh("student"),
+                        {"model.init.from=" + teacher_dir, "model.init.reset=[layers.*.attn.*]"}),
                   nullptr);
   EXPECT_EQ(student.step(), 0);  // starts a new run, not a resume
   int reset = 0;
@@ -80,8 +87,7 @@ TEST(Reset, ResetFollowsInitOthersEqualCheckpoint) {
     if (p.spec.name.find(".attn.") != std::string::npos) {
       ++reset;
       EXPECT_FALSE(torch::equal(p.value, t.value)) << p.spec.name;
-      EXPECT_TRUE(torch::equal(p.value, layers::initial_global_value(p.spec, 1234)))
-          << p.spec.name;
+      EXPECT_TRUE(torch::equal(p.value, layers::initial_global_value(p.spec, 1234))) << p.spec.name;
       // And the init distribution: zero mean, the spec's standard deviation.
       EXPECT_NEAR(p.value.mean().item<double>(), 0.0, 0.2 * p.spec.init_std);
       EXPECT_NEAR(p.value.std().item<double>(), p.spec.init_std, 0.1 * p.spec.init_std);
@@ -95,20 +101,20 @@ TEST(Reset, ResetFollowsInitOthersEqualCheckpoint) {
 TEST(Teacher, ShapeComesFromItsCheckpoint) {
   // A teacher trained with 3 layers and hidden 96; the student config names no teacher sizes.
   const std::string dir = fresh("wide_teacher");
-  Trainer wide(small(dir, {"model.layers=3", "model.hidden=96", "model.heads=4",
-                           "model.kv_heads=2", "model.ffn_hidden=160"}),
+  Trainer wide(small(dir, {"model.layers=3", "model.hidden=96", "model.heads=4", "model.kv_heads=2",
+                           "model.ffn_hidden=160"}),
                nullptr);
   wide.run();
-  Trainer student(small(fresh("from_wide"), {"teacher.checkpoint=" + dir,
-                                             "distill.logit_weight=1",
+  Trainer student(small(fresh("from_wide"), {"teacher.checkpoint=" + dir, "distill.logit_weight=1",
                                              "checkpoint.save_at_end=false"}),
                   nullptr);
   ASSERT_NE(student.teacher(), nullptr);
   EXPECT_EQ(student.teacher()->config().layers, 3);
   EXPECT_EQ(student.teacher()->config().hidden, 96);
-  EXPECT_TRUE(torch::equal(student.teacher()->parameters().find("layers.2.mlp.up_proj.weight")->value,
-                           wide.parameters().find("layers.2.mlp.up_proj.weight")->value));
-  EXPECT_TRUE(std::isfinite(student.train_step()));
+  EXPECT_TRUE(
+      torch::equal(student.teacher()->parameters().find("layers.2.mlp.up_proj.weight")->value,
+                   wide.parameters().find("layers.2.mlp.up_proj.weight")->value));
+  EXPECT_TRUE(std::isfinite(student.train_step().loss));
 }
 
 TEST(Reset, LoadingIsStrict) {

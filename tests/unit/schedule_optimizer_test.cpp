@@ -5,23 +5,23 @@
 
 #include <cmath>
 
-#include "engine/adamw.h"
-#include "engine/lr_schedule.h"
+#include "engine/optim/adamw.h"
+#include "engine/optim/lr_schedule.h"
 
 using namespace retort;
 using namespace retort::engine;
 
 TEST(LrSchedule, WarmupThenDecay) {
-  LrSchedule s{1.0, 0.1, 10, 110, "cosine"};
+  LrSchedule s{1.0, 0.1, LrShape::cosine, 10, 110};
   EXPECT_DOUBLE_EQ(s.at(0), 0.1);
   EXPECT_DOUBLE_EQ(s.at(9), 1.0);
   EXPECT_DOUBLE_EQ(s.at(10), 1.0);
   EXPECT_NEAR(s.at(60), 0.1 + 0.9 * 0.5, 1e-12);  // halfway down the cosine
   EXPECT_DOUBLE_EQ(s.at(110), 0.1);
   EXPECT_DOUBLE_EQ(s.at(500), 0.1);
-  s.kind = "linear";
+  s.shape = LrShape::linear;
   EXPECT_NEAR(s.at(35), 0.1 + 0.9 * 0.75, 1e-12);
-  s.kind = "constant";
+  s.shape = LrShape::constant;
   EXPECT_DOUBLE_EQ(s.at(80), 1.0);
 }
 
@@ -44,8 +44,7 @@ TEST(AdamW, OneStepMatchesHandComputation) {
   torch::Tensor before = value.detach().clone();
   torch::Tensor grad = torch::tensor({0.5, -1.0, 2.0}, torch::kDouble);
   value.mutable_grad() = grad.clone();
-  adam.begin_step();
-  adam.step_all(0.01);
+  adam.step(0.01);
   for (int i = 0; i < 3; ++i) {
     const double p = before[i].item<double>(), g = grad[i].item<double>();
     const double m = 0.1 * g, v = 0.01 * g * g;

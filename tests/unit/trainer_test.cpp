@@ -1,23 +1,29 @@
 // tests/unit/trainer_test.cpp: end-to-end training on the shipped corpus: the loss falls
 // from about ln(256) far below it; 2N steps in one run equal N steps, save, resume, N steps
 // (identical losses and parameters, bitwise); and a run is reproducible from its seed.
+#include "engine/train/trainer.h"
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <cmath>
 #include <filesystem>
 
-#include "engine/config.h"
-#include "engine/trainer.h"
+#include "engine/config/config.h"
 
 using namespace retort::engine;
 namespace fs = std::filesystem;
 
 namespace {
 
+std::vector<double> losses_of(const std::vector<StepResult>& results) {
+  std::vector<double> losses;
+  for (const StepResult& r : results) losses.push_back(r.loss);
+  return losses;
+}
+
 TrainConfig tiny(const std::string& run_dir, std::vector<std::string> overrides) {
-  std::vector<std::string> all = {"data.paths=[" RETORT_TEST_CORPUS "]",
-                                  "run.dir=" + run_dir,
+  std::vector<std::string> all = {"data.paths=[" RETORT_TEST_CORPUS "]", "run.dir=" + run_dir,
                                   "runtime.peak_gflops=100"};
   all.insert(all.end(), overrides.begin(), overrides.end());
   return make_train_config(Config::load(RETORT_TEST_CONFIGS "/tiny.yaml", all), 1);
@@ -36,17 +42,17 @@ TEST(Trainer, LossFallsFarBelowUniform) {
   Trainer trainer(tiny(fresh_dir("learn"), {"training.steps=60", "training.global_batch=16",
                                             "training.eval_every=60", "optimizer.warmup_steps=10"}),
                   nullptr);
-  std::vector<double> losses = trainer.run();
+  std::vector<double> losses = losses_of(trainer.run());
   ASSERT_EQ(losses.size(), 60u);
   EXPECT_NEAR(losses.front(), std::log(256.0), 0.15);  // starts at the uniform guess
-  EXPECT_LT(losses.back(), 2.8);                        // bytes of English are learnt
-  EXPECT_LT(trainer.evaluate(), 2.8);                   // and generalise to held-out text
+  EXPECT_LT(losses.back(), 2.8);                       // bytes of English are learnt
+  EXPECT_LT(trainer.evaluate(), 2.8);                  // and generalise to held-out text
 }
 
 TEST(Trainer, ResumeEqualsUninterruptedRun) {
-  const std::vector<std::string> shape = {"model.layers=2", "model.hidden=64",
-                                          "model.ffn_hidden=172", "data.seq_len=32",
-                                          "training.global_batch=8", "training.micro_batch=4",
+  const std::vector<std::string> shape = {"model.layers=2",           "model.hidden=64",
+                                          "model.ffn_hidden=172",     "data.seq_len=32",
+                                          "training.global_batch=8",  "training.micro_batch=4",
                                           "optimizer.warmup_steps=2", "training.eval_every=0"};
   auto with = [&](std::vector<std::string> extra) {
     extra.insert(extra.begin(), shape.begin(), shape.end());
@@ -54,12 +60,12 @@ TEST(Trainer, ResumeEqualsUninterruptedRun) {
   };
   const std::string straight_dir = fresh_dir("straight"), split_dir = fresh_dir("split");
   Trainer straight(tiny(straight_dir, with({"training.steps=8"})), nullptr);
-  std::vector<double> all_losses = straight.run();
+  std::vector<double> all_losses = losses_of(straight.run());
 
   Trainer first(tiny(split_dir, with({"training.steps=8"})), nullptr);
   // Stop after 4 of the 8 scheduled steps (same LR schedule), as an interrupted run would.
   std::vector<double> split_losses;
-  for (int i = 0; i < 4; ++i) split_losses.push_back(first.train_step());
+  for (int i = 0; i < 4; ++i) split_losses.push_back(first.train_step().loss);
   first.save(checkpoint_path(split_dir, first.step()));
   // Disturb the global torch generator: resume must restore it from the checkpoint.
   torch::rand({3});
@@ -67,7 +73,7 @@ TEST(Trainer, ResumeEqualsUninterruptedRun) {
   Trainer resumed(tiny(split_dir, with({"training.steps=8", "checkpoint.load=" + split_dir})),
                   nullptr);
   EXPECT_EQ(resumed.step(), 4);
-  std::vector<double> rest = resumed.run();
+  std::vector<double> rest = losses_of(resumed.run());
   split_losses.insert(split_losses.end(), rest.begin(), rest.end());
 
   ASSERT_EQ(split_losses.size(), all_losses.size());
@@ -92,7 +98,7 @@ TEST(Trainer, SameSeedSameRunDifferentSeedDifferentRun) {
                     "training.global_batch=4", "training.micro_batch=4", "training.eval_every=0",
                     "checkpoint.save_at_end=false"}),
               nullptr);
-    return t.run();
+    return losses_of(t.run());
   };
   EXPECT_EQ(losses("5"), losses("5"));
   EXPECT_NE(losses("5"), losses("6"));

@@ -1,0 +1,33 @@
+// bench/bench_setup.cpp: see bench_setup.h.
+#include "bench_setup.h"
+
+#include <filesystem>
+#include <random>
+
+#include "engine/config/config.h"
+#include "engine/data/indexed_dataset.h"
+
+namespace retort::bench {
+
+std::string write_random_dataset(const std::string& dir, int64_t vocab, int64_t documents,
+                                 int64_t length, uint64_t seed) {
+  std::filesystem::create_directories(dir);
+  const std::string prefix = (std::filesystem::path(dir) / "random").string();
+  engine::IndexedDatasetWriter writer(
+      prefix, vocab <= 65535 ? engine::TokenDtype::UInt16 : engine::TokenDtype::Int32);
+  std::mt19937_64 generator(seed);
+  std::uniform_int_distribution<int64_t> token(0, vocab - 1);
+  std::vector<int64_t> document(length);
+  for (int64_t d = 0; d < documents; ++d) {
+    for (int64_t& t : document) t = token(generator);
+    writer.add_document(document);
+  }
+  writer.finish();
+  return prefix;
+}
+
+engine::TrainConfig bench_config(const std::vector<std::string>& assignments) {
+  return engine::make_train_config(engine::Config::load("", assignments), 1);
+}
+
+}  // namespace retort::bench

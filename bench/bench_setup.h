@@ -1,0 +1,22 @@
+// bench/bench_setup.h: what the benchmarks share to drive the real Trainer on one process:
+// a dataset of random tokens over the whole vocabulary (so the LM head and the losses see
+// every id, as with a real tokenizer) and a TrainConfig built from key=value assignments.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/config/train_config.h"
+
+namespace retort::bench {
+
+// Writes <dir>/random.{bin,idx}: `documents` documents of `length` uniform random tokens in
+// [0, vocab); returns the prefix.
+std::string write_random_dataset(const std::string& dir, int64_t vocab, int64_t documents,
+                                 int64_t length, uint64_t seed);
+
+// The defaults, then `assignments` in order (dotted key=value, as on the command line),
+// checked like any run's config, for one process.
+engine::TrainConfig bench_config(const std::vector<std::string>& assignments);
+
+}  // namespace retort::bench

@@ -1,0 +1,56 @@
+// engine/checkpoint/checkpoint.h: one HDF5 file per checkpoint holding every parameter at global
+// shape
+// (/params/<name>), the AdamW state (/optimizer/exp_avg/<name>, /optimizer/exp_avg_sq/<name>),
+// and the scalars needed to resume exactly: step, optimizer steps, seed, consumed samples and
+// the torch CPU generator state. Files are written to a temporary name and renamed, so a
+// crash while saving never damages the checkpoint already on disk.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "engine/optim/adamw.h"
+#include "engine/optim/zero_partition.h"
+#include "layers/model_config.h"
+#include "layers/parameters.h"
+#include "layers/tensor_parallel.h"
+#include "parallel/mesh.h"
+
+namespace retort::engine {
+
+struct TrainingProgress {
+  int64_t step = 0;              // optimizer steps completed
+  int64_t consumed_samples = 0;  // data position
+  uint64_t seed = 0;
+  std::string model_json;  // the model's shape (model_config_json), stored with it
+};
+
+// The shape of a model as JSON, and back; a checkpoint stores it under /model/config_json so
+// a teacher can be built from its checkpoint alone.
+std::string model_config_json(const layers::ModelConfig& config);
+layers::ModelConfig model_config_from_json(const std::string& json, const std::string& source);
+// The model shape stored in a checkpoint file, if it has one.
+std::optional<layers::ModelConfig> read_checkpoint_model(const std::string& path);
+
+// Collective over the mesh: shards are gathered to global shape over TP; under pipeline
+// parallelism the stages send theirs to stage 0 over the pipeline group of TP and DP
+// coordinate 0; world rank 0 alone writes the file. Under ZeRO-1 (`zero` non-null) the
+// optimizer state comes from each parameter's owner. Tied copies are not written.
+void save_checkpoint(const std::string& path, parallel::Mesh& mesh,
+                     const layers::ParameterStore& store, AdamW* optimizer, ZeroPartition* zero,
+                     const TrainingProgress& progress);
+
+// Loads parameters (strict: every name present with the same global shape) and, when
+// optimizer is non-null, the optimizer state, each rank taking its own shard, so any layout
+// loads a checkpoint written under any other. Returns the saved progress. Under pipeline
+// parallelism the store holds one stage's parameters, and the stages agree that every file
+// parameter belongs to some stage.
+TrainingProgress load_checkpoint(const std::string& path, parallel::Mesh& mesh,
+                                 layers::ParameterStore& store, AdamW* optimizer);
+
+// "<dir>/checkpoints/step_<step>.h5"
+std::string checkpoint_path(const std::string& run_dir, int64_t step);
+// Resolves checkpoint.load: a file is used as is; a run directory means its latest checkpoint.
+std::string resolve_checkpoint(const std::string& file_or_run_dir);
+
+}  // namespace retort::engine

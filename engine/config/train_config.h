@@ -1,0 +1,141 @@
+// engine/config/train_config.h: the typed configuration the engine runs from, assembled from
+// the config structs of each concern (model, data, optimizer, checkpoint, distillation),
+// each listing its keys next to the code that uses them (key_table.h), plus the keys of the
+// run itself below. make_train_config fills it from a Config through the key table, then
+// resolves what depends on several keys (layout, stages, the teacher's shape) and checks the
+// rules that span keys (batch arithmetic, head counts, window list length, blend weights).
+// No torch here.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "distill/distill_config.h"
+#include "engine/checkpoint/checkpoint_config.h"
+#include "engine/config/config.h"
+#include "engine/config/key_table.h"
+#include "engine/data/data_config.h"
+#include "engine/optim/optimizer_config.h"
+#include "layers/model_config.h"
+#include "parallel/layout.h"
+#include "parallel/pipeline_partition.h"
+
+namespace retort::engine {
+
+RETORT_NAMED_ENUM(DType, float32, float64)
+RETORT_NAMED_ENUM(Device, cpu, cuda)
+
+#define RETORT_TRAINING_KEYS(KEY)                                                                  \
+  KEY(int64_t, steps, "training.steps", 100, 0, 1e12, "optimizer steps to run")                    \
+  KEY(int64_t, micro_batch, "training.micro_batch", 4, 1, 1e6, "samples per micro-batch per rank") \
+  KEY(int64_t, global_batch, "training.global_batch", 8, 1, 1e9, "samples per optimizer step")     \
+  KEY(int64_t, log_every, "training.log_every", 10, 1, 1e9, "steps between metric lines")          \
+  KEY(int64_t, eval_every, "training.eval_every", 50, 0, 1e9,                                      \
+      "steps between evaluations, 0 = never")                                                      \
+  KEY(int64_t, eval_batches, "training.eval_batches", 4, 1, 1e6, "global batches per evaluation")
+
+struct TrainingConfig {
+  RETORT_TRAINING_KEYS(RETORT_FIELD)
+};
+
+// Which parameters train at what rate, and where a student starts from.
+#define RETORT_PARAM_POLICY_KEYS(KEY)                                                      \
+  KEY(std::vector<std::string>, freeze, "model.freeze", {}, 0, 0,                          \
+      "glob patterns of parameter names to freeze (no gradient, no optimizer state)")      \
+  KEY(std::vector<std::string>, lr_scales, "model.lr_scales", {}, 0, 0,                    \
+      "per-parameter learning-rate scales as 'glob=scale' (0 = frozen); first match wins") \
+  KEY(std::string, init_from, "model.init.from", "", 0, 0,                                 \
+      "checkpoint (file or run dir) whose parameters initialise the model, strictly")      \
+  KEY(std::vector<std::string>, init_reset, "model.init.reset", {}, 0, 0,                  \
+      "glob patterns of parameters re-initialised after model.init.from")
+
+struct ParamPolicy {
+  RETORT_PARAM_POLICY_KEYS(RETORT_FIELD)
+  // lr_scale for a parameter name: first lr_scales match, else 0 if frozen, else 1.
+  double lr_scale(const std::string& name) const;
+};
+
+// The teacher.* keys; a size of 0 means the student's.
+#define RETORT_TEACHER_KEYS(KEY)                                                                 \
+  KEY(std::string, checkpoint, "teacher.checkpoint", "", 0, 0,                                   \
+      "teacher weights (file or run dir); empty = initialised from teacher.seed")                \
+  KEY(int64_t, seed, "teacher.seed", 0, 0, 9.2e18, "teacher init seed, 0 = the run seed")        \
+  KEY(int64_t, hidden, "teacher.hidden", 0, 0, 1e6, "teacher hidden size, 0 = the student's")    \
+  KEY(int64_t, layers, "teacher.layers", 0, 0, 10000, "teacher layers, 0 = the student's")       \
+  KEY(int64_t, heads, "teacher.heads", 0, 0, 10000, "teacher heads, 0 = the student's")          \
+  KEY(int64_t, kv_heads, "teacher.kv_heads", 0, 0, 10000, "teacher kv heads, 0 = the student's") \
+  KEY(int64_t, ffn_hidden, "teacher.ffn_hidden", 0, 0, 1e7,                                      \
+      "teacher SwiGLU size, 0 = the student's")                                                  \
+  KEY(int64_t, sliding_window, "teacher.sliding_window", 0, 0, 1e9,                              \
+      "teacher attention window, 0 = full")
+
+struct TeacherKeys {
+  RETORT_TEACHER_KEYS(RETORT_FIELD)
+};
+
+struct DistillSettings {
+  TeacherKeys keys;
+  distill::DistillConfig objective;  // the distill.* keys
+  // Resolved by make_train_config:
+  bool enabled = false;              // any teacher-based weight > 0
+  layers::ModelConfig teacher;       // the student's shape with the teacher.* sizes given
+  bool teacher_shape_given = false;  // any teacher.<size> key set; else from its checkpoint
+};
+
+#define RETORT_PARALLEL_KEYS(KEY)                                                           \
+  KEY(int64_t, tensor, "parallel.tensor", 1, 1, 1e6, "tensor-parallel ranks")               \
+  KEY(int64_t, pipeline, "parallel.pipeline", 1, 1, 1e6, "pipeline stages")                 \
+  KEY(std::vector<int64_t>, pipeline_split, "parallel.pipeline_split", {}, 1, 1e6,          \
+      "layers per pipeline stage, first to last; [] = even split (remainder to the first)") \
+  KEY(IntOrAuto, data, "parallel.data", {}, 1, 1e6, "data-parallel ranks or auto")          \
+  KEY(bool, sequence_parallel, "parallel.sequence_parallel", false, 0, 0,                   \
+      "shard the residual stream along the sequence over TP")                               \
+  KEY(double, dp_bucket_mb, "parallel.dp_bucket_mb", 4, 0.001, 1e5,                         \
+      "data-parallel gradient bucket size (MB); a full bucket is reduced during backward")
+
+struct ParallelConfig {
+  RETORT_PARALLEL_KEYS(RETORT_FIELD)
+};
+
+#define RETORT_RUNTIME_KEYS(KEY)                                                     \
+  KEY(Device, device, "runtime.device", Device::cpu, 0, 0,                           \
+      "where tensors live; cuda needs a CUDA libtorch (and NCCL for communication)") \
+  KEY(int64_t, threads, "runtime.threads", 0, 0, 1024,                               \
+      "intra-op threads, 0 = cores / local ranks")                                   \
+  KEY(double, peak_gflops, "runtime.peak_gflops", 0, 0, kUnbounded,                  \
+      "peak GFLOP/s per rank for MFU, 0 = measure an fp32 GEMM at start")
+
+struct RuntimeConfig {
+  RETORT_RUNTIME_KEYS(RETORT_FIELD)
+};
+
+// The keys of the run itself.
+#define RETORT_RUN_KEYS(KEY)                                                                     \
+  KEY(std::string, run_dir, "run.dir", "runs/default", 0, 0, "where checkpoints and metrics go") \
+  KEY(int64_t, seed, "seed", 1234, 0, 9.2e18, "seed for initialisation and data order")          \
+  KEY(DType, dtype, "model.dtype", DType::float32, 0, 0, "parameter and compute dtype")
+
+struct TrainConfig {
+  RETORT_RUN_KEYS(RETORT_FIELD)
+  layers::ModelConfig model;
+  ParamPolicy params;
+  DistillSettings distill;
+  DataConfig data;
+  TrainingConfig training;
+  OptimizerConfig optimizer;
+  CheckpointConfig checkpoint;
+  ParallelConfig parallel;
+  RuntimeConfig runtime;
+  // Resolved by make_train_config:
+  parallel::Layout layout;                   // data filled in for the world size
+  std::vector<parallel::LayerRange> stages;  // the student's layers per pipeline stage
+
+  // Micro-batches each data-parallel rank runs per optimizer step.
+  int64_t accumulation_steps() const {
+    return training.global_batch / (training.micro_batch * layout.data);
+  }
+};
+
+// Builds the typed config and checks cross-key rules; throws UserError naming the keys.
+TrainConfig make_train_config(const Config& config, int world_size);
+
+}  // namespace retort::engine

@@ -1,0 +1,86 @@
+// engine/consistency/consistency.h: the gradient-consistency suite. The same short training runs
+// under several layouts (TP1, TP2, STP2, DP2, TP2xDP2, PP2, PP2xSTP2xDP2, ...), each on a subset of
+// the world's ranks. Per step it records the loss and each loss term, the gradient norm,
+// every trainable parameter's gradient gathered to global shape (from every pipeline stage),
+// the student's and the teacher's capture-point activations of every micro-batch on every
+// DP rank, and whether replicated parameters stayed bitwise equal; writes them to
+// <out>/<layout>.h5 and compares every layout with the first (the reference, TP1).
+#pragma once
+#include <mpi.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine/config/config.h"
+
+namespace retort::engine {
+
+struct ConsistencyLayout {
+  std::string name;  // e.g. "PP2xSTP2xDP2"
+  int tensor = 1, data = 1, pipeline = 1;
+  std::vector<int64_t> pipeline_split;  // layers per stage; empty = even
+  bool sequence_parallel = false;
+  int zero_stage = 0;  // "-Z1": AdamW state sharded over DP
+  int ranks() const { return tensor * data * pipeline; }
+  std::string file_name() const;  // the name with ':' replaced
+};
+
+// Parses layouts made of "PPn" (optionally "PPn:a-b-..." with the layers per stage), "TPn" or
+// "STPn", and "DPn", joined by 'x' ("TP2xDP2", "PP4:1-2-1-1", "PP2xSTP2xDP2"), optionally
+// suffixed "-Z1" (ZeRO-1); throws UserError otherwise.
+ConsistencyLayout parse_consistency_layout(const std::string& name);
+
+struct ConsistencyTolerances {
+  double loss = 1e-5;        // relative, every step: the loss, each term, the gradient norm
+  double gradient = 1e-4;    // ||g - g_ref|| / ||g_ref||, every parameter, every step
+  double activation = 1e-4;  // same measure, every capture point, every step
+};
+// fp32 runs keep the tolerances above; float64 runs are held to 1e-10 and 1e-9.
+ConsistencyTolerances tolerances_for(const std::string& dtype);
+
+// What one layout recorded in one step (on its first rank), everything at global shape.
+struct StepRecord {
+  double loss = 0, grad_norm = 0;                  // grad norm before clipping
+  std::map<std::string, double> terms;             // lm, logit, activation, activation.<pair>
+  std::map<std::string, torch::Tensor> gradients;  // every trainable parameter, double
+  // "student/<capture>" and "teacher/<capture>": [global_batch, seq, hidden], every
+  // micro-batch of every DP rank at its place in the global batch (NaN where none arrived).
+  std::map<std::string, torch::Tensor> activations;
+};
+
+struct LayoutRecord {
+  std::vector<StepRecord> steps;
+  std::vector<std::string> replica_violations;  // "step 2: TP replicas of ... differ"
+};
+
+// Runs one layout on the ranks of `world` whose rank < layout.ranks(); the others return
+// at once. `base` is the config; micro_batch is set so every layout accumulates
+// `accumulation` micro-batches per step. The record is filled on world rank 0.
+void run_consistency_layout(const Config& base, const ConsistencyLayout& layout,
+                            int64_t accumulation, MPI_Comm world, LayoutRecord* record);
+
+void write_record(const std::string& path, const LayoutRecord& record);
+
+struct ComparisonRow {
+  std::string layout;
+  // Worst relative differences over every step, and where they occur ("name @ step n").
+  double loss = 0, grad_norm = 0, terms = 0, gradient = 0, activation = 0;
+  std::string worst_term, worst_gradient, worst_activation;
+  int64_t replica_violations = 0;
+  std::vector<std::string> failures;  // one line per failed check
+  bool ok() const { return failures.empty(); }
+};
+
+// The checks a record must pass on its own (the reference's row): no NaN anywhere, no
+// trainable parameter whose gradient is exactly zero, no replica that drifted.
+ComparisonRow check_reference(const std::string& name, const LayoutRecord& reference);
+// `other` against the reference: every step's loss, terms, gradient norm, gradients and
+// activations within the tolerances, the same names on both sides, and its own replicas.
+ComparisonRow compare_records(const std::string& name, const LayoutRecord& reference,
+                              const LayoutRecord& other, const ConsistencyTolerances& tol);
+// The table, then each failure (at most `max_failures` lines per layout).
+std::string format_comparison_table(const std::vector<ComparisonRow>& rows,
+                                    const ConsistencyTolerances& tol, size_t max_failures = 12);
+
+}  // namespace retort::engine

@@ -1,0 +1,76 @@
+// engine/consistency/consistency_command.cpp: see consistency_command.h.
+#include "engine/consistency/consistency_command.h"
+
+#include <boost/algorithm/string.hpp>
+#include <boost/program_options.hpp>
+#include <iostream>
+
+#include "common/user_error.h"
+#include "engine/config/command_line.h"
+#include "engine/consistency/consistency.h"
+
+namespace po = boost::program_options;
+
+namespace retort::engine {
+
+int run_consistency_command(int argc, char** argv, parallel::MpiRuntime& mpi,
+                            const std::function<void(size_t)>& before_layout) {
+  po::options_description options("Usage: engine_consistency CONFIG.yaml [key=value ...]");
+  std::string layouts_text, out;
+  int64_t accumulation = 2;
+  options.add_options()("help,h", "print this help")(
+      "layouts",
+      po::value<std::string>(&layouts_text)
+          ->default_value("TP1,TP2,STP2,DP2,TP2xDP2,STP2xDP2,TP4,STP4,DP2-Z1,STP2xDP2-Z1,DP4-Z1"),
+      "comma-separated layouts; the first is the reference")(
+      "out", po::value<std::string>(&out)->default_value("runs/consistency"),
+      "directory for the per-layout HDF5 records")(
+      "accumulation", po::value<int64_t>(&accumulation)->default_value(2),
+      "micro-batches per step on every layout");
+  const ConfigCommandLine line = parse_config_command_line(argc, argv, options);
+  const po::variables_map& vm = line.options;
+  if (vm.count("help") || line.config.empty()) {
+    if (mpi.world_rank() == 0)
+      std::cout << options
+                << "Tolerances follow model.dtype: float32 1e-5 (loss, terms, |g|) and 1e-4 "
+                   "(gradients, activations); float64 1e-10 and 1e-9.\n";
+    return vm.count("help") ? 0 : 2;
+  }
+  Config config = Config::load(line.config, line.overrides);
+  std::vector<std::string> names;
+  boost::split(names, layouts_text, boost::is_any_of(","));
+  std::vector<ConsistencyLayout> layouts;
+  for (const auto& n : names) {
+    layouts.push_back(parse_consistency_layout(n));
+    if (layouts.back().ranks() > mpi.world_size())
+      throw UserError("layout " + n + " needs " + std::to_string(layouts.back().ranks()) +
+                      " ranks but mpirun started " + std::to_string(mpi.world_size()));
+  }
+  std::vector<LayoutRecord> records(layouts.size());
+  for (size_t i = 0; i < layouts.size(); ++i) {
+    if (before_layout) before_layout(i);
+    run_consistency_layout(config, layouts[i], accumulation, MPI_COMM_WORLD, &records[i]);
+    if (mpi.world_rank() == 0) {
+      write_record(out + "/" + layouts[i].file_name() + ".h5", records[i]);
+      std::cout << "ran " << layouts[i].name << ": losses";
+      for (const StepRecord& s : records[i].steps) std::printf(" %.10g", s.loss);
+      std::cout << std::endl;
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  int failed = 0;
+  if (mpi.world_rank() == 0) {
+    const ConsistencyTolerances tol = tolerances_for(config.get_string("model.dtype"));
+    std::vector<ComparisonRow> rows = {check_reference(layouts[0].name, records[0])};
+    for (size_t i = 1; i < layouts.size(); ++i)
+      rows.push_back(compare_records(layouts[i].name, records[0], records[i], tol));
+    for (const ComparisonRow& row : rows) failed |= !row.ok();
+    std::cout << "reference: " << layouts[0].name << " (" << config.get_string("model.dtype")
+              << ")\n"
+              << format_comparison_table(rows, tol) << std::flush;
+  }
+  MPI_Bcast(&failed, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  return failed ? 1 : 0;
+}
+
+}  // namespace retort::engine

@@ -1,0 +1,22 @@
+// engine/data/data_config.h: the data.* keys: datasets, blend weights, validation split and
+// sequence length. No torch here.
+#pragma once
+#include "common/config_fields.h"
+
+namespace retort::engine {
+
+#define RETORT_DATA_KEYS(KEY)                                                                  \
+  KEY(std::vector<std::string>, paths, "data.paths", {}, 0, 0, "dataset prefixes (.bin/.idx)") \
+  KEY(std::vector<double>, weights, "data.weights", {}, 0, kUnbounded,                         \
+      "blend weights, one per path")                                                           \
+  KEY(std::vector<std::string>, valid_paths, "data.valid_paths", {}, 0, 0,                     \
+      "validation dataset prefixes; empty = hold out data.valid_fraction of each dataset")     \
+  KEY(double, valid_fraction, "data.valid_fraction", 0.05, 0, 0.9,                             \
+      "held-out fraction of documents")                                                        \
+  KEY(int64_t, seq_len, "data.seq_len", 32, 1, 1e7, "tokens per sample")
+
+struct DataConfig {
+  RETORT_DATA_KEYS(RETORT_FIELD)
+};
+
+}  // namespace retort::engine

@@ -1,0 +1,227 @@
+// engine/data/indexed_dataset.cpp: see indexed_dataset.h.
+#include "engine/data/indexed_dataset.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+
+#include "common/user_error.h"
+
+namespace retort::engine {
+namespace {
+
+constexpr char kMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\0', '\0'};
+constexpr size_t kHeaderSize = 9 + 8 + 1 + 8 + 8;
+
+// Maps a whole file read-only; returns nullptr for an empty file.
+void* map_file(const std::string& path, size_t* size) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) throw UserError("cannot open data file '" + path + "': " + std::strerror(errno));
+  struct stat st;
+  ::fstat(fd, &st);
+  *size = static_cast<size_t>(st.st_size);
+  void* map = nullptr;
+  if (*size > 0) {
+    map = ::mmap(nullptr, *size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map == MAP_FAILED) {
+      ::close(fd);
+      throw UserError("cannot map data file '" + path + "'");
+    }
+  }
+  ::close(fd);
+  return map;
+}
+
+template <typename T>
+void widen(const uint8_t* src, int64_t count, int64_t* out) {
+  for (int64_t i = 0; i < count; ++i) {
+    T v;
+    std::memcpy(&v, src + i * sizeof(T), sizeof(T));
+    out[i] = static_cast<int64_t>(v);
+  }
+}
+
+}  // namespace
+
+size_t dtype_size(TokenDtype dtype) {
+  switch (dtype) {
+    case TokenDtype::UInt8:
+    case TokenDtype::Int8:
+      return 1;
+    case TokenDtype::Int16:
+    case TokenDtype::UInt16:
+      return 2;
+    case TokenDtype::Int32:
+    case TokenDtype::Float32:
+      return 4;
+    case TokenDtype::Int64:
+    case TokenDtype::Float64:
+      return 8;
+  }
+  return 0;
+}
+
+IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
+  const std::string idx_path = prefix + ".idx", bin_path = prefix + ".bin";
+  idx_map_ = map_file(idx_path, &idx_size_);
+  const uint8_t* idx = static_cast<const uint8_t*>(idx_map_);
+  auto corrupt = [&](const std::string& why) {
+    return UserError("corrupt index file '" + idx_path + "': " + why);
+  };
+  if (idx_size_ < kHeaderSize)
+    throw corrupt("truncated header (" + std::to_string(idx_size_) + " bytes, need " +
+                  std::to_string(kHeaderSize) + ")");
+  if (std::memcmp(idx, kMagic, 9) != 0) throw corrupt("wrong magic (not MMIDIDX)");
+  uint64_t version, sequences, documents;
+  std::memcpy(&version, idx + 9, 8);
+  uint8_t code = idx[17];
+  std::memcpy(&sequences, idx + 18, 8);
+  std::memcpy(&documents, idx + 26, 8);
+  if (version != 1) throw corrupt("version " + std::to_string(version) + ", expected 1");
+  if (code < 1 || code > 8) throw corrupt("unknown dtype code " + std::to_string(code));
+  dtype_ = static_cast<TokenDtype>(code);
+  const uint64_t need = kHeaderSize + sequences * 4 + sequences * 8 + documents * 8;
+  if (sequences > (uint64_t(1) << 40) || documents > (uint64_t(1) << 40) || idx_size_ < need)
+    throw corrupt("truncated: " + std::to_string(idx_size_) + " bytes but the header announces " +
+                  std::to_string(sequences) + " sequences and " + std::to_string(documents) +
+                  " document indices");
+  sequence_count_ = static_cast<int64_t>(sequences);
+  lengths_ = reinterpret_cast<const int32_t*>(idx + kHeaderSize);
+  pointers_ = reinterpret_cast<const int64_t*>(idx + kHeaderSize + sequences * 4);
+  document_indices_.resize(documents);
+  std::memcpy(document_indices_.data(), idx + kHeaderSize + sequences * 12, documents * 8);
+  if (documents == 0 || document_indices_.front() != 0 ||
+      document_indices_.back() != sequence_count_)
+    throw corrupt("document indices must run from 0 to the sequence count");
+
+  bin_ = static_cast<const uint8_t*>(map_file(bin_path, &bin_size_));
+  const size_t item = dtype_size(dtype_);
+  for (int64_t i = 0; i < sequence_count_; ++i) {
+    if (lengths_[i] < 0 || pointers_[i] < 0 ||
+        uint64_t(pointers_[i]) + uint64_t(lengths_[i]) * item > bin_size_)
+      throw UserError("data file '" + bin_path + "' is shorter than its index says (sequence " +
+                      std::to_string(i) + " ends past byte " + std::to_string(bin_size_) + ")");
+  }
+}
+
+IndexedDataset::~IndexedDataset() {
+  if (idx_map_) ::munmap(idx_map_, idx_size_);
+  if (bin_) ::munmap(const_cast<uint8_t*>(bin_), bin_size_);
+}
+
+int64_t IndexedDataset::total_tokens() const {
+  int64_t total = 0;
+  for (int64_t i = 0; i < sequence_count_; ++i) total += lengths_[i];
+  return total;
+}
+
+void IndexedDataset::read(int64_t seq, int64_t offset, int64_t count, int64_t* out) const {
+  if (seq < 0 || seq >= sequence_count_ || offset < 0 || offset + count > lengths_[seq])
+    throw std::out_of_range("IndexedDataset::read outside sequence " + std::to_string(seq));
+  const size_t item = dtype_size(dtype_);
+  const uint8_t* src = bin_ + pointers_[seq] + offset * item;
+  switch (dtype_) {
+    case TokenDtype::UInt8:
+      return widen<uint8_t>(src, count, out);
+    case TokenDtype::Int8:
+      return widen<int8_t>(src, count, out);
+    case TokenDtype::Int16:
+      return widen<int16_t>(src, count, out);
+    case TokenDtype::Int32:
+      return widen<int32_t>(src, count, out);
+    case TokenDtype::Int64:
+      return widen<int64_t>(src, count, out);
+    case TokenDtype::Float64:
+      return widen<double>(src, count, out);
+    case TokenDtype::Float32:
+      return widen<float>(src, count, out);
+    case TokenDtype::UInt16:
+      return widen<uint16_t>(src, count, out);
+  }
+}
+
+IndexedDatasetWriter::IndexedDatasetWriter(const std::string& prefix, TokenDtype dtype)
+    : prefix_(prefix), dtype_(dtype) {}
+
+void IndexedDatasetWriter::add_document(const std::vector<int64_t>& tokens) {
+  const size_t item = dtype_size(dtype_);
+  const size_t start = bin_.size();
+  bin_.resize(start + tokens.size() * item);
+  uint8_t* dst = bin_.data() + start;
+  for (size_t i = 0; i < tokens.size(); ++i, dst += item) {
+    const int64_t t = tokens[i];
+    switch (dtype_) {
+      case TokenDtype::UInt8: {
+        uint8_t v = uint8_t(t);
+        std::memcpy(dst, &v, 1);
+        break;
+      }
+      case TokenDtype::Int8: {
+        int8_t v = int8_t(t);
+        std::memcpy(dst, &v, 1);
+        break;
+      }
+      case TokenDtype::Int16: {
+        int16_t v = int16_t(t);
+        std::memcpy(dst, &v, 2);
+        break;
+      }
+      case TokenDtype::UInt16: {
+        uint16_t v = uint16_t(t);
+        std::memcpy(dst, &v, 2);
+        break;
+      }
+      case TokenDtype::Int32: {
+        int32_t v = int32_t(t);
+        std::memcpy(dst, &v, 4);
+        break;
+      }
+      case TokenDtype::Int64: {
+        std::memcpy(dst, &t, 8);
+        break;
+      }
+      case TokenDtype::Float32: {
+        float v = float(t);
+        std::memcpy(dst, &v, 4);
+        break;
+      }
+      case TokenDtype::Float64: {
+        double v = double(t);
+        std::memcpy(dst, &v, 8);
+        break;
+      }
+    }
+  }
+  lengths_.push_back(static_cast<int32_t>(tokens.size()));
+}
+
+void IndexedDatasetWriter::finish() {
+  const std::string bin_path = prefix_ + ".bin", idx_path = prefix_ + ".idx";
+  std::ofstream bin(bin_path, std::ios::binary);
+  if (!bin) throw UserError("cannot write '" + bin_path + "'");
+  bin.write(reinterpret_cast<const char*>(bin_.data()), bin_.size());
+  std::ofstream idx(idx_path, std::ios::binary);
+  if (!idx) throw UserError("cannot write '" + idx_path + "'");
+  const uint64_t version = 1, sequences = lengths_.size(), documents = lengths_.size() + 1;
+  const uint8_t code = static_cast<uint8_t>(dtype_);
+  idx.write(kMagic, 9);
+  idx.write(reinterpret_cast<const char*>(&version), 8);
+  idx.write(reinterpret_cast<const char*>(&code), 1);
+  idx.write(reinterpret_cast<const char*>(&sequences), 8);
+  idx.write(reinterpret_cast<const char*>(&documents), 8);
+  idx.write(reinterpret_cast<const char*>(lengths_.data()), lengths_.size() * 4);
+  int64_t pointer = 0;
+  for (int32_t length : lengths_) {
+    idx.write(reinterpret_cast<const char*>(&pointer), 8);
+    pointer += int64_t(length) * dtype_size(dtype_);
+  }
+  for (int64_t d = 0; d <= int64_t(lengths_.size()); ++d)
+    idx.write(reinterpret_cast<const char*>(&d), 8);
+  if (!bin || !idx) throw UserError("failed writing dataset '" + prefix_ + "'");
+}
+
+}  // namespace retort::engine

@@ -1,0 +1,76 @@
+// engine/observe/metrics.cpp: see metrics.h.
+#include "engine/observe/metrics.h"
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "common/user_error.h"
+
+namespace retort::engine {
+
+std::string format_bytes(int64_t bytes) {
+  char text[32];
+  const double b = double(bytes);
+  if (b >= 1e9)
+    std::snprintf(text, sizeof(text), "%.2f GB", b / 1e9);
+  else if (b >= 1e6)
+    std::snprintf(text, sizeof(text), "%.1f MB", b / 1e6);
+  else
+    std::snprintf(text, sizeof(text), "%.1f kB", b / 1e3);
+  return text;
+}
+
+std::string format_duration(double seconds) {
+  char text[32];
+  const long s = long(seconds + 0.5);
+  if (s >= 3600)
+    std::snprintf(text, sizeof(text), "%ldh%02ldm", s / 3600, (s / 60) % 60);
+  else if (s >= 60)
+    std::snprintf(text, sizeof(text), "%ldm%02lds", s / 60, s % 60);
+  else
+    std::snprintf(text, sizeof(text), "%lds", s);
+  return text;
+}
+
+std::string format_console_line(const StepMetrics& m) {
+  char text[256];
+  std::snprintf(text, sizeof(text),
+                "step %lld/%lld | loss %.4f | lr %.2e | grad %.3f | %.0f tok/s | MFU %.1f%% | "
+                "peak %s | ETA %s",
+                (long long)m.step, (long long)m.total_steps, m.loss, m.lr, m.grad_norm,
+                m.tokens_per_s, 100.0 * m.mfu, format_bytes(m.peak_mem_bytes).c_str(),
+                format_duration(m.eta_s).c_str());
+  std::string line = text;
+  if (m.valid_loss) {
+    std::snprintf(text, sizeof(text), " | valid %.4f", *m.valid_loss);
+    line += text;
+  }
+  for (const char* part : {"lm_loss", "logit_loss", "activation_loss"}) {
+    auto it = m.parts.find(part);
+    if (it == m.parts.end()) continue;
+    std::snprintf(text, sizeof(text), " | %s %.4f", part, it->second);
+    line += text;
+  }
+  return line;
+}
+
+MetricsFile::MetricsFile(const std::string& path) : out_(path, std::ios::app) {
+  if (!out_) throw UserError("cannot open metrics file '" + path + "'");
+}
+
+void MetricsFile::write(const StepMetrics& m) {
+  nlohmann::json j = {{"step", m.step},
+                      {"loss", m.loss},
+                      {"lr", m.lr},
+                      {"grad_norm", m.grad_norm},
+                      {"tokens_per_s", m.tokens_per_s},
+                      {"mfu", m.mfu},
+                      {"peak_mem_bytes", m.peak_mem_bytes},
+                      {"eta_s", m.eta_s}};
+  if (m.valid_loss) j["valid_loss"] = *m.valid_loss;
+  for (const auto& [name, value] : m.parts) j[name] = value;
+  out_ << j.dump() << "\n";
+  out_.flush();
+}
+
+}  // namespace retort::engine

@@ -1,0 +1,37 @@
+// engine/observe/metrics.h: per-step metrics, printed as one console line and appended as one JSON
+// object to <run.dir>/metrics.jsonl (step, loss, lr, grad_norm, tokens_per_s, mfu,
+// peak_mem_bytes, eta_s, and valid_loss at evaluation steps).
+#pragma once
+#include <cstdint>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <string>
+
+namespace retort::engine {
+
+struct StepMetrics {
+  int64_t step = 0, total_steps = 0;
+  double loss = 0, lr = 0, grad_norm = 0;
+  double tokens_per_s = 0, mfu = 0;
+  int64_t peak_mem_bytes = 0;
+  double eta_s = 0;
+  std::optional<double> valid_loss;
+  std::map<std::string, double> parts;  // loss components when distilling
+};
+
+std::string format_console_line(const StepMetrics& m);
+std::string format_bytes(int64_t bytes);
+std::string format_duration(double seconds);
+
+class MetricsFile {
+ public:
+  // Appends to path (a resumed run continues the same file).
+  explicit MetricsFile(const std::string& path);
+  void write(const StepMetrics& m);
+
+ private:
+  std::ofstream out_;
+};
+
+}  // namespace retort::engine

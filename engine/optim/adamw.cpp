@@ -1,0 +1,86 @@
+// engine/optim/adamw.cpp: see adamw.h.
+#include "engine/optim/adamw.h"
+
+#include <cmath>
+
+namespace retort::engine {
+
+AdamW::AdamW(layers::ParameterStore& store, const OptimizerConfig& config,
+             const std::function<bool(size_t)>& owns)
+    : store_(store), config_(config) {
+  states_.resize(store.all().size());
+  for (size_t i = 0; i < states_.size(); ++i) {
+    const auto& p = store.all()[i];
+    if (p.spec.frozen() || (owns && !owns(i))) continue;
+    states_[i].exp_avg = torch::zeros_like(p.value, torch::MemoryFormat::Contiguous);
+    states_[i].exp_avg_sq = torch::zeros_like(p.value, torch::MemoryFormat::Contiguous);
+  }
+}
+
+void AdamW::step_parameter(size_t index, double lr) {
+  layers::Parameter& p = store_.all()[index];
+  AdamState& s = states_[index];
+  if (!s.exp_avg.defined() || !p.value.grad().defined()) return;
+  TORCH_CHECK(steps_ > 0, "AdamW::step_parameter before begin_step(): no step counted");
+  torch::NoGradGuard no_grad;
+  const double step_lr = lr * p.spec.lr_scale;
+  const torch::Tensor& g = p.value.grad();
+  if (p.spec.weight_decay && config_.weight_decay > 0)
+    p.value.mul_(1.0 - step_lr * config_.weight_decay);
+  s.exp_avg.mul_(config_.beta1).add_(g, 1.0 - config_.beta1);
+  s.exp_avg_sq.mul_(config_.beta2).addcmul_(g, g, 1.0 - config_.beta2);
+  const double bias1 = 1.0 - std::pow(config_.beta1, double(steps_));
+  const double bias2 = 1.0 - std::pow(config_.beta2, double(steps_));
+  torch::Tensor denom = (s.exp_avg_sq.sqrt() / std::sqrt(bias2)).add_(config_.eps);
+  p.value.addcdiv_(s.exp_avg, denom, -step_lr / bias1);
+}
+
+void AdamW::step(double lr) {
+  begin_step();
+  for (size_t i = 0; i < states_.size(); ++i) step_parameter(i, lr);
+}
+
+int64_t AdamW::state_bytes() const {
+  int64_t bytes = 0;
+  for (const AdamState& s : states_)
+    if (s.exp_avg.defined()) bytes += 2 * s.exp_avg.numel() * s.exp_avg.element_size();
+  return bytes;
+}
+
+double global_grad_norm(const layers::ParameterStore& store, const layers::TensorParallel& tp,
+                        parallel::Communicator* sharded_over, parallel::Communicator* pipeline) {
+  double sharded = 0, replicated = 0;
+  for (const auto& p : store.all()) {
+    if (p.spec.frozen() || p.spec.tied_copy || !p.value.grad().defined()) continue;
+    const double norm = p.value.grad().norm().item<double>();  // no full-size copy
+    (p.spec.shard_dim >= 0 && tp.size() > 1 ? sharded : replicated) += norm * norm;
+  }
+  if (tp.size() > 1) {
+    torch::Tensor s = torch::tensor({sharded}, torch::kDouble);
+    tp.group->all_reduce(s);
+    sharded = s.item<double>();
+  }
+  double total = sharded + replicated;
+  for (parallel::Communicator* group : {sharded_over, pipeline}) {
+    if (!group || group->size() == 1) continue;
+    torch::Tensor t = torch::tensor({total}, torch::kDouble);
+    group->all_reduce(t);
+    total = t.item<double>();
+  }
+  return std::sqrt(total);
+}
+
+double clip_grad_norm(layers::ParameterStore& store, double max_norm,
+                      const layers::TensorParallel& tp, parallel::Communicator* sharded_over,
+                      parallel::Communicator* pipeline) {
+  const double norm = global_grad_norm(store, tp, sharded_over, pipeline);
+  if (max_norm > 0 && norm > max_norm) {
+    const double scale = max_norm / (norm + 1e-6);
+    torch::NoGradGuard no_grad;
+    for (auto& p : store.all())
+      if (!p.spec.frozen() && p.value.grad().defined()) p.value.grad().mul_(scale);
+  }
+  return norm;
+}
+
+}  // namespace retort::engine

@@ -1,0 +1,162 @@
+// engine/optim/grad_sync.cpp: see grad_sync.h.
+#include "engine/optim/grad_sync.h"
+
+#include <algorithm>
+
+#include "common/fault_injection.h"
+#include "engine/optim/flat_copy.h"
+
+namespace retort::engine {
+namespace {
+
+const char* const kTiedName = "embed.weight";
+
+torch::Tensor grad_or_zeros(layers::Parameter& p) {
+  if (!p.value.grad().defined()) p.value.mutable_grad() = torch::zeros_like(p.value);
+  return p.value.grad();
+}
+
+std::vector<torch::Tensor> grads_of(const std::vector<layers::Parameter*>& params) {
+  std::vector<torch::Tensor> grads;
+  for (layers::Parameter* p : params) grads.push_back(grad_or_zeros(*p));
+  return grads;
+}
+
+}  // namespace
+
+void sum_partial_tp_grads(const std::vector<layers::Parameter*>& params,
+                          const layers::TensorParallel& tp) {
+  if (tp.size() == 1 || params.empty()) return;
+  torch::NoGradGuard no_grad;
+  const std::vector<torch::Tensor> grads = grads_of(params);
+  torch::Tensor flat = flatten(grads);
+  tp.group->all_reduce(flat);
+  copy_back(flat, grads);
+}
+
+void sum_partial_tp_grads(layers::ParameterStore& store, const layers::TensorParallel& tp) {
+  std::vector<layers::Parameter*> params;
+  for (auto& p : store.all())
+    if (!p.spec.frozen() && p.spec.needs_tp_grad_sum(tp.sequence_parallel)) params.push_back(&p);
+  sum_partial_tp_grads(params, tp);
+}
+
+GradientSync::GradientSync(layers::ParameterStore& store, parallel::Mesh& mesh,
+                           const layers::TensorParallel& tp, const GradSyncOptions& options)
+    : store_(store), mesh_(mesh), tp_(tp), options_(options), bucket_of_(store.all().size(), -1) {
+  if (options_.zero && mesh_.dp().size() > 1)
+    zero_ = std::make_unique<ZeroPartition>(store, mesh_.dp());
+  const bool tied_across_stages = options_.tied_embeddings && mesh_.embedding();
+  Bucket current, tied;
+  tied.deferred = true;
+  int64_t bytes = 0;
+  for (size_t k = store.all().size(); k-- > 0;) {
+    const layers::Parameter& p = store.all()[k];
+    if (p.spec.frozen()) continue;
+    if (tied_across_stages && p.spec.name == kTiedName) {
+      tied.params.push_back(k);
+      continue;
+    }
+    current.params.push_back(k);
+    bytes += p.value.numel() * p.value.element_size();
+    if (bytes >= options_.bucket_bytes) {
+      buckets_.push_back(std::move(current));
+      current = Bucket();
+      bytes = 0;
+    }
+  }
+  if (!current.params.empty()) buckets_.push_back(std::move(current));
+  if (!tied.params.empty()) buckets_.push_back(std::move(tied));
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    Bucket& bucket = buckets_[b];
+    for (size_t k : bucket.params) bucket_of_[k] = int(b);
+    if (!zero_) continue;
+    // Owner order, so the reduce-scatter hands each rank the contiguous part it owns.
+    std::stable_sort(bucket.params.begin(), bucket.params.end(),
+                     [&](size_t x, size_t y) { return zero_->owner(x) < zero_->owner(y); });
+    bucket.owner_counts.assign(mesh_.dp().size(), 0);
+    for (size_t k : bucket.params)
+      bucket.owner_counts[zero_->owner(k)] += store.all()[k].value.numel();
+  }
+  if (mesh_.dp().size() > 1)
+    hooks_ = std::make_unique<GradReadyHooks>(store, [this](size_t k) { on_grad_ready(k); });
+}
+
+GradientSync::~GradientSync() = default;
+
+void GradientSync::on_grad_ready(size_t param) {
+  if (!armed_ || bucket_of_[param] < 0) return;
+  Bucket& bucket = buckets_[bucket_of_[param]];
+  if (++bucket.ready == int(bucket.params.size()) && !bucket.deferred) {
+    launch(bucket);
+    ++finished_early_;
+  }
+  // Give MPI a chance to progress earlier buckets while backward continues.
+  for (Bucket& b : buckets_)
+    if (b.launched && b.handle.pending()) b.handle.test();
+}
+
+void GradientSync::launch(Bucket& bucket) {
+  torch::NoGradGuard no_grad;
+  std::vector<layers::Parameter*> params;
+  for (size_t k : bucket.params) params.push_back(&store_.all()[k]);
+  // 1. The tied embedding: the first stage's and the last stage's copies sum.
+  if (bucket.deferred && !fault_injected(Fault::TiedSumSkipped))
+    mesh_.embedding()->all_reduce(grads_of(params)[0]);
+  // 2. TP partial sums.
+  std::vector<layers::Parameter*> partial;
+  for (layers::Parameter* p : params) {
+    const bool skipped = fault_injected(Fault::TpNormGradNotSummed) &&
+                         p->spec.name.find("norm") != std::string::npos;
+    if (!skipped && p->spec.needs_tp_grad_sum(tp_.sequence_parallel)) partial.push_back(p);
+  }
+  sum_partial_tp_grads(partial, tp_);
+  // 3. The DP reduction, non-blocking.
+  if (mesh_.dp().size() > 1) {
+    bucket.flat = flatten(grads_of(params));
+    if (zero_) {
+      torch::Tensor mine =
+          torch::empty({bucket.owner_counts[mesh_.dp().rank()]}, bucket.flat.options());
+      bucket.handle = mesh_.dp().reduce_scatter_v_async(bucket.flat, mine, bucket.owner_counts);
+      bucket.result = mine;
+    } else {
+      bucket.handle = mesh_.dp().all_reduce_async(bucket.flat);
+      bucket.result = bucket.flat;
+    }
+  }
+  bucket.launched = true;
+}
+
+void GradientSync::complete(Bucket& bucket) {
+  torch::NoGradGuard no_grad;
+  bucket.handle.wait();
+  if (mesh_.dp().size() > 1) {
+    std::vector<torch::Tensor> mine;
+    for (size_t k : bucket.params) {
+      layers::Parameter& p = store_.all()[k];
+      if (owns(k))
+        mine.push_back(p.value.grad());
+      else
+        p.value.mutable_grad().reset();  // ZeRO: not ours, no gradient, no state, no step
+    }
+    if (!mine.empty()) copy_back(bucket.result, mine);
+    if (fault_injected(Fault::DpGradNotAveraged))
+      for (torch::Tensor& g : mine) g.mul_(mesh_.dp().size());
+  }
+  bucket.flat = bucket.result = torch::Tensor();
+  bucket.ready = 0;
+  bucket.launched = false;
+  if (on_final_)
+    for (size_t k : bucket.params)
+      if (owns(k)) on_final_(k);
+}
+
+void GradientSync::finish() {
+  for (Bucket& bucket : buckets_) {
+    if (!bucket.launched) launch(bucket);
+    complete(bucket);
+  }
+  armed_ = false;
+}
+
+}  // namespace retort::engine

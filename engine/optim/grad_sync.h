@@ -1,0 +1,98 @@
+// engine/optim/grad_sync.h: making gradients whole across ranks after backward, in one
+// object with one ordering rule. The trainable parameters are grouped into buckets (filled
+// in reverse creation order, the order backward reaches them); a bucket is finished by
+//   1. the tied-embedding sum over the embedding group (first and last pipeline stage),
+//   2. the TP partial sums (parameters replicated over TP whose per-rank gradients are
+//      partial: norms under sequence parallel, kv weights shared by several ranks),
+//   3. the DP reduction: an all-reduce, or under ZeRO-1 a reduce-scatter that leaves each
+//      parameter's DP sum on its owner only (other ranks drop that gradient).
+// All three are sums, so the order is free mathematically; tied before TP before DP is the
+// order that every layout can run one bucket at a time. Losses are already divided by the
+// global token count, so sums are exact averages.
+// During the last micro-batch's backward (arm()), a bucket whose parameters' gradients are
+// all final is finished from the grad-ready hook of its last parameter, so communication
+// overlaps the rest of backward; finish() completes the rest and waits. The tied embedding
+// is a bucket of its own that only finish() completes: its sum needs the other stage's
+// backward. on_final (set by optimizer-in-backward) is called per parameter once final.
+#pragma once
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "engine/optim/grad_hooks.h"
+#include "engine/optim/zero_partition.h"
+#include "layers/parameters.h"
+#include "layers/tensor_parallel.h"
+#include "parallel/mesh.h"
+
+namespace retort::engine {
+
+// The TP partial sum of these parameters' gradients, in one flat all-reduce.
+void sum_partial_tp_grads(const std::vector<layers::Parameter*>& params,
+                          const layers::TensorParallel& tp);
+// The same for every parameter of the store that needs it.
+void sum_partial_tp_grads(layers::ParameterStore& store, const layers::TensorParallel& tp);
+
+struct GradSyncOptions {
+  int64_t bucket_bytes = 4'000'000;
+  bool zero = false;             // ZeRO-1 over DP: reduce-scatter to owners
+  bool tied_embeddings = false;  // sum embed.weight over the mesh's embedding group
+};
+
+class GradientSync {
+ public:
+  GradientSync(layers::ParameterStore& store, parallel::Mesh& mesh,
+               const layers::TensorParallel& tp, const GradSyncOptions& options);
+  ~GradientSync();
+
+  // The next backward is the step's last: finish buckets as their gradients become final.
+  void arm() {
+    armed_ = true;
+    finished_early_ = 0;
+  }
+  // Finishes every bucket not finished yet and waits for all communication.
+  void finish();
+  // Whether this rank holds the final gradient of (and steps) parameter i.
+  bool owns(size_t param) const { return !zero_ || zero_->owns(param); }
+  // Under ZeRO-1: the partition, after the optimizer step its owners' parameters go back to
+  // every rank with zero()->all_gather_parameters(store); null otherwise.
+  ZeroPartition* zero() { return zero_.get(); }
+  // The group over which final gradients are sharded (ZeRO's DP group), else null.
+  parallel::Communicator* sharded_over() { return zero_ ? &mesh_.dp() : nullptr; }
+  void set_on_final(std::function<void(size_t param)> on_final) { on_final_ = std::move(on_final); }
+
+  size_t bucket_count() const { return buckets_.size(); }
+  // Buckets finished from a hook during the last step's backward.
+  int64_t finished_during_backward() const { return finished_early_; }
+
+ private:
+  struct Bucket {
+    std::vector<size_t> params;         // store indices; under ZeRO in owner order
+    std::vector<int64_t> owner_counts;  // ZeRO: elements per DP rank
+    bool deferred = false;              // only finish() may complete it (the tied embedding)
+    int ready = 0;
+    bool launched = false;
+    torch::Tensor flat;    // the DP message (kept until the operation completes)
+    torch::Tensor result;  // its reduced form: flat itself, or under ZeRO this rank's part
+    parallel::Handle handle;
+  };
+  void on_grad_ready(size_t param);
+  // Steps 1 and 2, then launches step 3 of the ordering rule.
+  void launch(Bucket& bucket);
+  // Waits for step 3 and writes the results back over .grad().
+  void complete(Bucket& bucket);
+
+  layers::ParameterStore& store_;
+  parallel::Mesh& mesh_;
+  layers::TensorParallel tp_;
+  GradSyncOptions options_;
+  std::unique_ptr<ZeroPartition> zero_;
+  std::vector<Bucket> buckets_;
+  std::vector<int> bucket_of_;
+  bool armed_ = false;
+  int64_t finished_early_ = 0;
+  std::function<void(size_t)> on_final_;
+  std::unique_ptr<GradReadyHooks> hooks_;
+};
+
+}  // namespace retort::engine

@@ -1,0 +1,193 @@
+// engine/train/stage_step.cpp: see stage_step.h.
+#include "engine/train/stage_step.h"
+
+#include <torch/csrc/autograd/engine.h>
+
+#include <chrono>
+
+#include "parallel/pipeline_runner.h"
+
+namespace retort::engine {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Wraps a stage callback so its running time is added to `total`.
+template <typename Callback>
+auto timed(Callback callback, double& total) {
+  return [callback, &total](int m, const torch::Tensor& t) {
+    const Clock::time_point start = Clock::now();
+    torch::Tensor out = callback(m, t);
+    total += seconds_since(start);
+    return out;
+  };
+}
+
+torch::autograd::Edge edge_of(const torch::Tensor& t) {
+  if (!t.defined() || !t.requires_grad()) return {};
+  return torch::autograd::impl::gradient_edge(t);
+}
+
+}  // namespace
+
+// What a stage keeps of a micro-batch between its forward and its backward.
+struct StageStep::InFlight {
+  torch::Tensor input;                // the received hidden state (a leaf); undefined on stage 0
+  torch::autograd::Edge output_edge;  // where the output's gradient enters the graph
+  torch::autograd::Edge loss_edge;    // the same for this stage's loss part
+  torch::Tensor loss_seed;            // d(loss)/d(loss part) = 1, in the loss's dtype
+};
+
+StageStep::StageStep(StageModels models, const layers::TensorParallel& tp, int64_t seq_len,
+                     torch::ScalarType dtype)
+    : models_(models), tp_(tp), seq_len_(seq_len), dtype_(dtype) {}
+
+std::vector<int64_t> StageStep::hidden_shape(int64_t batch, int64_t width) const {
+  return {batch, tp_.sequence_parallel ? seq_len_ / tp_.size() : seq_len_, width};
+}
+
+std::set<std::string> StageStep::student_captures(const StepInspector* inspector) const {
+  std::set<std::string> wanted = inspector ? inspector->captures : std::set<std::string>{};
+  if (models_.distiller) {
+    auto s = models_.distiller->student_captures();
+    wanted.insert(s.begin(), s.end());
+  }
+  return wanted;
+}
+
+std::set<std::string> StageStep::teacher_captures(const StepInspector* inspector) const {
+  if (!models_.distiller) return {};
+  std::set<std::string> wanted = inspector ? inspector->teacher_captures : std::set<std::string>{};
+  auto t = models_.distiller->teacher_captures();
+  wanted.insert(t.begin(), t.end());
+  return wanted;
+}
+
+double StageStep::train(parallel::Communicator& pp, const std::vector<MicroBatch>& micro,
+                        double target_count, int64_t step, GradientSync& sync,
+                        StepInspector* inspector, distill::LossTerms& terms, StepTimes& times) {
+  const layers::LlamaModel& student = *models_.student;
+  distill::Distiller* distiller = models_.distiller;
+  distill::Teacher* teacher = models_.teacher;
+  const layers::ModelStage& stage = student.stage();
+  const int64_t student_width = student.config().hidden;
+  const bool teacher_travels = distiller && distiller->needs_teacher();
+  const int64_t teacher_width = teacher_travels ? teacher->config().hidden : 0;
+  const bool inspect_captures = inspector && inspector->inspects_captures();
+  const int micro_batches = int(micro.size());
+  const int64_t batch = micro.at(0).tokens.size(0);
+  std::vector<InFlight> in_flight(micro.size());
+  double loss_value = 0;
+
+  parallel::PipelineStage runner;
+  runner.activation_shape = hidden_shape(batch, student_width + teacher_width);
+  runner.gradient_shape = hidden_shape(batch, student_width);
+  runner.dtype = dtype_;
+  runner.forward = [&](int m, const torch::Tensor& received) -> torch::Tensor {
+    const MicroBatch& b = micro[m];
+    InFlight& f = in_flight[m];
+    torch::Tensor x, t;
+    if (stage.embedding) {
+      x = student.embed(b.tokens);
+      if (teacher_travels) t = teacher->embed(b.tokens);
+    } else {
+      f.input = (teacher_travels ? received.narrow(2, 0, student_width).contiguous() : received)
+                    .requires_grad_(true);
+      x = f.input;
+      if (teacher_travels) t = received.narrow(2, student_width, teacher_width).contiguous();
+    }
+    layers::CaptureSink sink(student_captures(inspector)),
+        teacher_sink(teacher_captures(inspector));
+    x = student.run_blocks(x, seq_len_, sink.wants_any() ? &sink : nullptr);
+    if (teacher_travels) t = teacher->run_blocks(t, seq_len_, &teacher_sink);
+    // Before the activation losses take (and free) the teacher's captures.
+    if (inspect_captures) inspector->on_captures(step, b.first_sample, sink, teacher_sink);
+
+    torch::Tensor loss;  // this stage's part of the micro-batch's loss
+    if (distiller)
+      loss = distiller->activation_loss(b.targets, sink, teacher_sink, target_count, &terms);
+    if (stage.head) {
+      torch::Tensor head;
+      if (!distiller) {
+        head = student.head_loss_sum(x, b.targets) / target_count;
+      } else {
+        torch::Tensor teacher_logits =
+            distiller->needs_teacher_logits() ? teacher->head_logits(t) : torch::Tensor();
+        head = distiller->output_loss(student.head_logits(x), teacher_logits, b.targets,
+                                      target_count, student.config().vocab_size, &terms);
+      }
+      loss = loss.defined() ? loss + head : head;
+    }
+    if (loss.defined()) {
+      loss_value += loss.item<double>();
+      f.loss_edge = edge_of(loss);
+      f.loss_seed = torch::ones({}, loss.options());
+    }
+    if (stage.head) return {};
+    f.output_edge = edge_of(x);
+    return teacher_travels ? torch::cat({x.detach(), t}, 2) : x.detach();
+  };
+  runner.backward = [&](int m, const torch::Tensor& output_grad) -> torch::Tensor {
+    // The last micro-batch's backward finishes gradients as they become final.
+    if (m + 1 == micro_batches) sync.arm();
+    InFlight f = std::move(in_flight[m]);
+    torch::autograd::edge_list roots;
+    std::vector<torch::Tensor> seeds;
+    if (f.output_edge.is_valid()) {
+      roots.push_back(f.output_edge);
+      seeds.push_back(output_grad);
+    }
+    if (f.loss_edge.is_valid()) {
+      roots.push_back(f.loss_edge);
+      seeds.push_back(f.loss_seed);
+    }
+    if (!roots.empty())
+      torch::autograd::Engine::get_default_engine().execute(roots, seeds, /*keep_graph=*/false,
+                                                            /*create_graph=*/false,
+                                                            /*accumulate_grad=*/true);
+    if (stage.embedding) return {};
+    torch::Tensor grad = f.input.grad();
+    return grad.defined() ? grad : torch::zeros(runner.gradient_shape, f.input.options());
+  };
+  runner.forward = timed(runner.forward, times.forward_s);
+  runner.backward = timed(runner.backward, times.backward_s);
+
+  // Bubble timing, when asked for: the window is the same on every stage (barriers), so idle
+  // time includes the wait for the flush, which the bubble fraction (p-1)/(m+p-1) counts.
+  const bool time_pipeline = inspector && inspector->time_pipeline;
+  if (time_pipeline) pp.barrier();
+  const Clock::time_point start = Clock::now();
+  parallel::run_one_forward_one_backward(pp, micro_batches, runner);
+  if (time_pipeline) pp.barrier();
+  times.schedule_s += seconds_since(start);
+  if (time_pipeline)
+    inspector->pipeline_timing = {times.forward_s + times.backward_s, times.schedule_s};
+  return loss_value;
+}
+
+double StageStep::evaluate(parallel::Communicator& pp, const std::vector<MicroBatch>& micro) {
+  torch::NoGradGuard no_grad;
+  if (micro.empty()) return 0;
+  const layers::LlamaModel& student = *models_.student;
+  double loss_sum = 0;
+  parallel::PipelineStage runner;
+  runner.activation_shape = hidden_shape(micro[0].tokens.size(0), student.config().hidden);
+  runner.dtype = dtype_;
+  runner.forward = [&](int m, const torch::Tensor& received) -> torch::Tensor {
+    const MicroBatch& b = micro[m];
+    TORCH_CHECK(b.tokens.size(0) == micro[0].tokens.size(0),
+                "validation micro-batches must have one size");
+    torch::Tensor x = student.stage().embedding ? student.embed(b.tokens) : received;
+    x = student.run_blocks(x, seq_len_, nullptr);
+    if (!student.stage().head) return x;
+    loss_sum += student.head_loss_sum(x, b.targets).item<double>();
+    return {};
+  };
+  parallel::run_forwards(pp, int(micro.size()), runner);
+  return loss_sum;
+}
+
+}  // namespace retort::engine

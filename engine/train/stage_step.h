@@ -1,0 +1,70 @@
+// engine/train/stage_step.h: the one step path of every layout. A StageStep runs this rank's
+// pipeline stage on micro-batches: without pipeline parallelism the stage is the whole
+// model and the 1F1B schedule of one stage is F0 B0 F1 B1 ...; with it, the stages exchange
+// hidden states and their gradients (parallel::run_one_forward_one_backward).
+//
+// The stage function (forward) embeds on the first stage, runs the stage's blocks, adds the
+// activation losses of the pairs whose student layer runs here and, on the last stage, the
+// LM and logit losses. What travels forward is the student's hidden state [b, s (/tp under
+// STP), h], followed along the last dimension by the teacher's when distilling; what travels
+// backward is the gradient of the student's part. Per micro-batch in flight a stage keeps
+// only its input (a leaf that receives the gradient to send back) and the autograd edges of
+// its output and of its loss part; the output tensor itself is dropped once sent.
+// The one backward seeds both edges at once.
+#pragma once
+#include <torch/torch.h>
+
+#include <vector>
+
+#include "distill/distillation.h"
+#include "engine/optim/grad_sync.h"
+#include "engine/train/step_inspector.h"
+#include "engine/train/step_result.h"
+#include "layers/model.h"
+
+namespace retort::engine {
+
+// One micro-batch: tokens and targets [b, s], and the position of its first sample in the
+// global batch (for the inspector).
+struct MicroBatch {
+  torch::Tensor tokens, targets;
+  int64_t first_sample = 0;
+};
+
+// The models one stage runs; teacher and distiller are null without distillation.
+struct StageModels {
+  layers::LlamaModel* student = nullptr;
+  distill::Teacher* teacher = nullptr;
+  distill::Distiller* distiller = nullptr;
+};
+
+class StageStep {
+ public:
+  StageStep(StageModels models, const layers::TensorParallel& tp, int64_t seq_len,
+            torch::ScalarType dtype);
+
+  // One training step's micro-batches through this stage over the pipeline group `pp`
+  // (size one without pipeline parallelism), each loss divided by target_count. Gradients
+  // accumulate into .grad(); `sync` is armed before the last backward. Returns this stage's
+  // part of the loss; `terms` and `times` receive this stage's parts.
+  double train(parallel::Communicator& pp, const std::vector<MicroBatch>& micro,
+               double target_count, int64_t step, GradientSync& sync, StepInspector* inspector,
+               distill::LossTerms& terms, StepTimes& times);
+  // The summed LM loss of validation micro-batches (on the last stage; 0 on the others).
+  double evaluate(parallel::Communicator& pp, const std::vector<MicroBatch>& micro);
+
+ private:
+  struct InFlight;
+  // The capture points a micro-batch records, student and teacher: the distillation pairs'
+  // (on this stage) and the inspector's.
+  std::set<std::string> student_captures(const StepInspector* inspector) const;
+  std::set<std::string> teacher_captures(const StepInspector* inspector) const;
+  std::vector<int64_t> hidden_shape(int64_t batch, int64_t width) const;
+
+  StageModels models_;
+  layers::TensorParallel tp_;
+  int64_t seq_len_;
+  torch::ScalarType dtype_;
+};
+
+}  // namespace retort::engine

@@ -1,0 +1,347 @@
+// engine/train/trainer.cpp: see trainer.h.
+#include "engine/train/trainer.h"
+
+#include <fnmatch.h>
+
+#include <chrono>
+#include <filesystem>
+#include <ostream>
+
+#include "common/fault_injection.h"
+#include "common/user_error.h"
+#include "engine/data/batches.h"
+#include "engine/observe/gemm_peak.h"
+#include "engine/observe/memory_tracker.h"
+#include "engine/observe/metrics.h"
+#include "layers/sharding.h"
+
+namespace retort::engine {
+namespace fs = std::filesystem;
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+torch::Tensor to_tensor(const std::vector<int64_t>& values, int64_t batch) {
+  return torch::tensor(values, torch::kLong).view({batch, -1});
+}
+
+}  // namespace
+
+Trainer::Trainer(const TrainConfig& config, std::ostream* log)
+    : Trainer(config, log, parallel::Mesh::single_process(), nullptr) {}
+
+Trainer::Trainer(const TrainConfig& config, std::ostream* log, parallel::Mesh& mesh)
+    : Trainer(config, log, nullptr, &mesh) {}
+
+Trainer::Trainer(const TrainConfig& config, std::ostream* log,
+                 std::unique_ptr<parallel::Mesh> own_mesh, parallel::Mesh* mesh)
+    : config_(config),
+      log_(log),
+      own_mesh_(std::move(own_mesh)),
+      mesh_(mesh ? *mesh : *own_mesh_),
+      dtype_(config.dtype == DType::float64 ? torch::kDouble : torch::kFloat) {
+  if (config_.runtime.device == Device::cuda)
+    throw UserError(torch::cuda::is_available()
+                        ? "runtime.device=cuda: placing the model on the GPU is not built yet; "
+                          "use runtime.device=cpu"
+                        : "runtime.device=cuda: this libtorch has no CUDA support (CPU-only "
+                          "build) or no GPU is visible; use runtime.device=cpu");
+  const parallel::Layout& layout = config_.layout;
+  if (own_mesh_ && layout.tensor * layout.pipeline * layout.data != 1)
+    throw UserError("layout " + parallel::describe(layout) + " needs MPI ranks");
+  tp_.group = &mesh_.tp();
+  tp_.sequence_parallel = layout.sequence_parallel && layout.tensor > 1;
+  const int stage_index = mesh_.coordinates().pp;
+  layers::ModelStage stage;
+  if (!config_.stages.empty()) {
+    const parallel::LayerRange& layers = config_.stages.at(stage_index);
+    stage = {layers.first, layers.end, stage_index == 0, stage_index == layout.pipeline - 1};
+  }
+  store_ = std::make_unique<layers::ParameterStore>(config_.seed, dtype_, tp_.position());
+  store_->set_lr_scale_rule(
+      [this](const std::string& name) { return config_.params.lr_scale(name); });
+  model_ = std::make_unique<layers::LlamaModel>(config_.model, *store_, tp_, stage);
+  initialise_student();
+  build_distiller();
+  GradSyncOptions sync;
+  sync.bucket_bytes = static_cast<int64_t>(config_.parallel.dp_bucket_mb * 1e6);
+  sync.zero = config_.optimizer.zero_stage == 1;
+  sync.tied_embeddings = config_.model.tied_embeddings;
+  sync_ = std::make_unique<GradientSync>(*store_, mesh_, tp_, sync);
+  optimizer_ = std::make_unique<AdamW>(*store_, config_.optimizer,
+                                       [this](size_t i) { return sync_->owns(i); });
+  stage_step_ =
+      std::make_unique<StageStep>(StageModels{model_.get(), teacher_.get(), distiller_.get()}, tp_,
+                                  config_.data.seq_len, dtype_);
+  streams_ = build_sample_streams(config_.data, config_.seed);
+
+  progress_.seed = config_.seed;
+  progress_.model_json = model_config_json(config_.model);
+
+  if (!config_.checkpoint.load.empty()) {
+    const std::string path = resolve_checkpoint(config_.checkpoint.load);
+    progress_ = load_checkpoint(path, mesh_, *store_, optimizer_.get());
+    progress_.model_json = model_config_json(config_.model);
+    if (progress_.seed != static_cast<uint64_t>(config_.seed))
+      throw UserError("checkpoint '" + path + "' was trained with seed " +
+                      std::to_string(progress_.seed) + " but the config has seed " +
+                      std::to_string(config_.seed) + "; the data order would differ");
+    log_line("resumed from " + path + " at step " + std::to_string(progress_.step));
+  }
+  flops_per_token_ = config_.model.training_flops_per_token(config_.data.seq_len);
+  peak_gflops_ =
+      config_.runtime.peak_gflops > 0 ? config_.runtime.peak_gflops : measure_gemm_gflops();
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::initialise_student() {
+  const ParamPolicy& policy = config_.params;
+  if (policy.init_from.empty()) return;
+  const std::string path = resolve_checkpoint(policy.init_from);
+  load_checkpoint(path, mesh_, *store_, nullptr);  // parameters only, strictly
+  torch::NoGradGuard no_grad;
+  // Parameters reset per pattern; summed over pipeline stages, which hold different ones.
+  torch::Tensor matched = torch::zeros({int64_t(policy.init_reset.size()) + 1}, torch::kLong);
+  int64_t reset = 0;
+  for (auto& p : store_->all()) {
+    bool matches = false;
+    for (size_t i = 0; i < policy.init_reset.size(); ++i)
+      if (fnmatch(policy.init_reset[i].c_str(), p.spec.name.c_str(), 0) == 0) {
+        matches = true;
+        matched[i] += 1;
+      }
+    if (!matches) continue;
+    p.value.copy_(
+        from_global(layers::initial_global_value(p.spec, config_.seed), p.spec, tp_, p.value));
+    reset += !p.spec.tied_copy;
+  }
+  matched[-1] = reset;
+  mesh_.pp().all_reduce(matched);
+  for (size_t i = 0; i < policy.init_reset.size(); ++i)
+    if (matched[i].item<int64_t>() == 0)
+      throw UserError("model.init.reset: pattern '" + policy.init_reset[i] +
+                      "' matches no parameter");
+  reset = matched[-1].item<int64_t>();
+  log_line("initialised from " + path + " (" + std::to_string(reset) + " parameters reset)");
+}
+
+void Trainer::build_distiller() {
+  const DistillSettings& d = config_.distill;
+  if (!d.enabled) return;
+  layers::ModelConfig teacher_model = d.teacher;
+  std::string teacher_path;
+  if (!d.keys.checkpoint.empty()) {
+    teacher_path = resolve_checkpoint(d.keys.checkpoint);
+    // Without explicit teacher sizes, the checkpoint's own model description decides.
+    if (!d.teacher_shape_given)
+      if (auto stored = read_checkpoint_model(teacher_path)) teacher_model = *stored;
+    const parallel::Layout& l = config_.layout;
+    parallel::resolve_layout(
+        l, l.tensor * l.pipeline * l.data,
+        {teacher_model.heads, teacher_model.kv_heads, teacher_model.ffn_hidden,
+         std::max<int64_t>(teacher_model.layers, l.pipeline), config_.data.seq_len});
+  }
+  distill::DistillConfig objective = d.objective;
+  objective.pairs =
+      distill::make_activation_pairs(objective.pair_names, objective.every_layer_points,
+                                     config_.model.layers, teacher_model.layers);
+  const std::vector<distill::ActivationPair>& pairs = objective.pairs;
+  // Under pipeline parallelism the teacher's layers are split so that each pair's teacher
+  // layer runs on the stage of its student layer (its hidden state travels with the student's).
+  layers::ModelStage teacher_stage;
+  if (config_.layout.pipeline > 1) {
+    std::vector<std::pair<int, int64_t>> pins;
+    if (objective.activation_weight > 0)
+      for (const distill::ActivationPair& pair : pairs)
+        pins.emplace_back(
+            parallel::stage_of_layer(config_.stages, layers::capture_layer(pair.student)),
+            layers::capture_layer(pair.teacher));
+    const parallel::LayerRange teacher_layers = parallel::split_layers_pinned(
+        teacher_model.layers, config_.layout.pipeline, pins)[mesh_.coordinates().pp];
+    teacher_stage = {teacher_layers.first, teacher_layers.end, stage().embedding, stage().head};
+  }
+  teacher_ =
+      std::make_unique<distill::Teacher>(teacher_model, d.keys.seed, dtype_, tp_, teacher_stage);
+  if (!teacher_path.empty()) load_checkpoint(teacher_path, mesh_, teacher_->parameters(), nullptr);
+  distiller_ = std::make_unique<distill::Distiller>(objective, *teacher_, config_.model, *store_,
+                                                    tp_, stage());
+}
+
+void Trainer::log_line(const std::string& line) {
+  if (log_) *log_ << line << std::endl;
+}
+
+double Trainer::dp_sum(double value) {
+  if (mesh_.dp().size() == 1) return value;
+  torch::Tensor t = torch::tensor({value}, torch::kDouble);
+  mesh_.dp().all_reduce(t);
+  return t.item<double>();
+}
+
+void Trainer::sum_over_ranks(StepResult& result) {
+  // Each stage computed its own parts, each DP rank its own samples. One all-reduce per
+  // group: the loss, and its parts when distilling (LM-only steps send one scalar).
+  for (parallel::Communicator* group : {&mesh_.pp(), &mesh_.dp()}) {
+    if (group->size() == 1) continue;
+    std::vector<double> values = {result.loss};
+    if (distiller_) {
+      const std::vector<double> parts = result.terms.values();
+      values.insert(values.end(), parts.begin(), parts.end());
+    }
+    torch::Tensor t = torch::tensor(values, torch::kDouble);
+    group->all_reduce(t);
+    values.assign(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
+    result.loss = values[0];
+    if (distiller_) result.terms.assign_values({values.begin() + 1, values.end()});
+  }
+  if (!distiller_) result.terms.lm = result.loss;
+}
+
+std::vector<MicroBatch> Trainer::read_micro_batches(double& target_count) {
+  const TrainingConfig& t = config_.training;
+  BatchPlan plan(t.global_batch, t.micro_batch, mesh_.dp().size(), mesh_.dp().rank());
+  std::vector<MicroBatch> micro;
+  int64_t local_targets = 0;
+  for (int64_t m = 0; m < plan.micro_batches_per_step(); ++m) {
+    const int64_t first = plan.first_sample(progress_.step, m);
+    const TokenBatch b = read_batch(*streams_.train, first, t.micro_batch);
+    micro.push_back({to_tensor(b.inputs, b.batch), to_tensor(b.targets, b.batch),
+                     first - progress_.step * t.global_batch});
+    local_targets += int64_t(b.targets.size());  // no padding: every target counts
+  }
+  // Losses are normalised by the target count of the whole global batch.
+  target_count = dp_sum(double(local_targets));
+  return micro;
+}
+
+void Trainer::clear_gradients() {
+  for (auto& p : store_->all())
+    if (p.value.grad().defined()) p.value.mutable_grad().reset();
+}
+
+StepResult Trainer::train_step() {
+  using clock = std::chrono::steady_clock;
+  StepResult result;
+  result.step = progress_.step + 1;
+  double target_count = 0;
+  const std::vector<MicroBatch> micro = read_micro_batches(target_count);
+  clear_gradients();
+  if (distiller_ && distiller_->uses_activations())  // every stage reports every pair
+    for (const distill::ActivationPair& pair : distiller_->pairs())
+      result.terms.per_pair[pair.student] = 0;
+  result.loss = stage_step_->train(mesh_.pp(), micro, target_count, result.step, *sync_, inspector_,
+                                   result.terms, result.times);
+
+  auto start = clock::now();
+  sync_->finish();
+  if (layers::Parameter* p = store_->find(kFaultParameter); p && p->value.grad().defined()) {
+    if (fault_injected(Fault::GradScaled)) p->value.mutable_grad().mul_(1 + 1e-3);
+    if (fault_injected(Fault::GradMissing)) p->value.mutable_grad().reset();
+  }
+  sum_over_ranks(result);
+  result.times.sync_s = seconds_since(start);
+  if (inspector_ && inspector_->on_gradients) inspector_->on_gradients(result);
+
+  start = clock::now();
+  result.grad_norm =
+      clip_grad_norm(*store_, config_.optimizer.grad_clip, tp_, sync_->sharded_over(), &mesh_.pp());
+  result.lr = config_.optimizer.schedule.at(progress_.step);
+  optimizer_->step(result.lr);
+  if (ZeroPartition* zero = sync_->zero()) zero->all_gather_parameters(*store_);
+  result.times.optimizer_s = seconds_since(start);
+  progress_.step += 1;
+  progress_.consumed_samples += config_.training.global_batch;
+  if (inspector_ && inspector_->on_step_end) inspector_->on_step_end(result);
+  return result;
+}
+
+double Trainer::evaluate() {
+  if (!streams_.valid) return std::nan("");
+  const TrainingConfig& t = config_.training;
+  const int64_t samples = t.eval_batches * t.global_batch;
+  // Micro-batches are dealt round-robin to DP ranks; sums and counts are then combined.
+  std::vector<MicroBatch> mine;
+  double count = 0;
+  int64_t index = 0;
+  for (int64_t first = 0; first < samples; first += t.micro_batch, ++index) {
+    if (index % mesh_.dp().size() != mesh_.dp().rank()) continue;
+    const TokenBatch b =
+        read_batch(*streams_.valid, first, std::min(t.micro_batch, samples - first));
+    mine.push_back({to_tensor(b.inputs, b.batch), to_tensor(b.targets, b.batch), first});
+    count += double(layers::count_targets(mine.back().targets));
+  }
+  // On the last stage; 0 on the others.
+  torch::Tensor loss_sum = torch::tensor({stage_step_->evaluate(mesh_.pp(), mine)}, torch::kDouble);
+  mesh_.pp().all_reduce(loss_sum);
+  return dp_sum(loss_sum.item<double>()) / dp_sum(count);
+}
+
+void Trainer::save(const std::string& path) {
+  save_checkpoint(path, mesh_, *store_, optimizer_.get(), sync_->zero(), progress_);
+  log_line("saved checkpoint " + path);
+}
+
+void Trainer::write_metrics(const StepResult& r, double seconds, int64_t steps_in_interval,
+                            MetricsFile* metrics) {
+  const TrainingConfig& t = config_.training;
+  StepMetrics m;
+  m.step = r.step;
+  m.total_steps = t.steps;
+  m.loss = r.loss;
+  m.lr = r.lr;
+  m.grad_norm = r.grad_norm;
+  m.tokens_per_s = double(steps_in_interval * t.global_batch * config_.data.seq_len) / seconds;
+  m.mfu = m.tokens_per_s * flops_per_token_ / (peak_gflops_ * 1e9 * mesh_.world().size());
+  m.peak_mem_bytes = MemoryTracker::install().peak_bytes();
+  m.eta_s = seconds / double(steps_in_interval) * double(t.steps - r.step);
+  const bool eval_now = t.eval_every > 0 && (r.step % t.eval_every == 0 || r.step == t.steps);
+  if (eval_now && streams_.valid) m.valid_loss = evaluate();
+  if (distiller_) {
+    m.parts["lm_loss"] = r.terms.lm;
+    m.parts["logit_loss"] = r.terms.logits;
+    m.parts["activation_loss"] = r.terms.activations;
+    for (const auto& [name, value] : r.terms.per_pair) m.parts["activation_loss." + name] = value;
+  }
+  log_line(format_console_line(m));
+  if (metrics) metrics->write(m);
+}
+
+std::vector<StepResult> Trainer::run() {
+  const TrainingConfig& t = config_.training;
+  std::unique_ptr<MetricsFile> metrics;
+  if (is_root()) {
+    fs::create_directories(config_.run_dir);
+    metrics = std::make_unique<MetricsFile>((fs::path(config_.run_dir) / "metrics.jsonl").string());
+  }
+  MemoryTracker::install();
+  std::vector<StepResult> results;
+  if (progress_.step >= t.steps) {
+    log_line("nothing to do: already at step " + std::to_string(progress_.step) + " of " +
+             std::to_string(t.steps));
+    return results;
+  }
+  using clock = std::chrono::steady_clock;
+  auto interval_start = clock::now();
+  int64_t interval_steps = 0;
+  while (progress_.step < t.steps) {
+    results.push_back(train_step());
+    ++interval_steps;
+    const int64_t step = progress_.step;
+    const bool eval_now = t.eval_every > 0 && (step % t.eval_every == 0 || step == t.steps);
+    if (step % t.log_every == 0 || step == t.steps || eval_now) {
+      write_metrics(results.back(), seconds_since(interval_start), interval_steps, metrics.get());
+      interval_start = clock::now();
+      interval_steps = 0;
+    }
+    const bool save_now =
+        (config_.checkpoint.save_every > 0 && step % config_.checkpoint.save_every == 0) ||
+        (step == t.steps && config_.checkpoint.save_at_end);
+    if (save_now) save(checkpoint_path(config_.run_dir, step));
+  }
+  return results;
+}
+
+}  // namespace retort::engine

@@ -1,0 +1,96 @@
+// engine/train/trainer.h: the training loop of one rank of a TP x PP x DP layout. It builds
+// this rank's shard of the model (its pipeline stage's layers) from the parameter specs, the
+// teacher and distiller when distilling, AdamW, the gradient synchronisation and its slice
+// of the data. A step reads its micro-batches, runs them through the stage (StageStep, the
+// one step path of every layout) with losses divided by the global number of target tokens,
+// makes gradients whole (GradientSync), clips the global norm, steps the optimizer and
+// returns a StepResult; run() loops steps, logs, evaluates and checkpoints.
+#pragma once
+#include <torch/torch.h>
+
+#include <iosfwd>
+#include <memory>
+#include <vector>
+
+#include "distill/distillation.h"
+#include "engine/checkpoint/checkpoint.h"
+#include "engine/config/train_config.h"
+#include "engine/data/data_setup.h"
+#include "engine/observe/metrics.h"
+#include "engine/optim/adamw.h"
+#include "engine/optim/grad_sync.h"
+#include "engine/optim/lr_schedule.h"
+#include "engine/train/stage_step.h"
+#include "engine/train/step_inspector.h"
+#include "engine/train/step_result.h"
+#include "layers/model.h"
+#include "parallel/mesh.h"
+
+namespace retort::engine {
+
+class Trainer {
+ public:
+  // `mesh`: the parallel context of this rank (its layout must be config.layout). `log`
+  // receives console lines (pass it on world rank 0 only).
+  Trainer(const TrainConfig& config, std::ostream* log, parallel::Mesh& mesh);
+  // A single process without MPI: a mesh of size-one groups.
+  Trainer(const TrainConfig& config, std::ostream* log);
+  ~Trainer();
+
+  // Trains from the current position to training.steps; returns every step's result.
+  std::vector<StepResult> run();
+  // One optimizer step at the current position.
+  StepResult train_step();
+  // Mean LM loss over training.eval_batches global batches of the validation stream.
+  double evaluate();
+  void save(const std::string& path);
+
+  int64_t step() const { return progress_.step; }
+  distill::Teacher* teacher() { return teacher_.get(); }
+  layers::ParameterStore& parameters() { return *store_; }
+  AdamW& optimizer() { return *optimizer_; }
+  GradientSync& gradient_sync() { return *sync_; }
+  const layers::TensorParallel& tensor_parallel() const { return tp_; }
+  parallel::Mesh& mesh() { return mesh_; }
+  void set_inspector(StepInspector* inspector) { inspector_ = inspector; }
+  bool is_root() const { return mesh_.world_rank() == 0; }
+  // This rank's pipeline stage: its layers, embedding and head.
+  const layers::ModelStage& stage() const { return model_->stage(); }
+
+ private:
+  Trainer(const TrainConfig& config, std::ostream* log, std::unique_ptr<parallel::Mesh> own_mesh,
+          parallel::Mesh* mesh);
+  void initialise_student();
+  void build_distiller();
+  void log_line(const std::string& line);
+  // This step's micro-batches of this DP rank and the global number of target tokens.
+  std::vector<MicroBatch> read_micro_batches(double& target_count);
+  void clear_gradients();
+  // The loss and its parts summed over pipeline stages, then over DP ranks.
+  void sum_over_ranks(StepResult& result);
+  double dp_sum(double value);
+  void write_metrics(const StepResult& result, double seconds, int64_t steps_in_interval,
+                     MetricsFile* metrics);
+
+  TrainConfig config_;
+  std::ostream* log_;
+  std::unique_ptr<parallel::Mesh> own_mesh_;  // single process only
+  parallel::Mesh& mesh_;
+  layers::TensorParallel tp_;
+  torch::ScalarType dtype_;
+  std::unique_ptr<layers::ParameterStore> store_;
+  std::unique_ptr<layers::LlamaModel> model_;
+  std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<distill::Teacher> teacher_;
+  std::unique_ptr<distill::Distiller> distiller_;
+  std::unique_ptr<GradientSync> sync_;
+  std::unique_ptr<StageStep> stage_step_;
+  SampleStreams streams_;
+  LrSchedule schedule_;
+  TrainingProgress progress_;
+  StepInspector* inspector_ = nullptr;
+  double flops_per_token_ = 0;
+  double peak_gflops_ = 0;
+};
+
+}  // namespace retort::engine
