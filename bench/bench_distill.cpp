@@ -52,21 +52,8 @@ int main(int argc, char** argv) {
   const int64_t teacher_layers = 8, student_layers = narrow ? 6 : 4;
   const std::string dir =
       (std::filesystem::temp_directory_path() / "retort_bench_distill").string();
-  const std::string data = bench::write_random_dataset(dir, 32000, 64, 2048, 1);
-  std::vector<std::string> common = {"model.vocab_size=32000",
-                                     "model.tied_embeddings=true",
-                                     "data.paths=[" + data + "]",
-                                     "data.seq_len=256",
-                                     "training.micro_batch=4",
-                                     "training.global_batch=4",
-                                     "training.steps=" + std::to_string(steps + 1),
-                                     "training.eval_every=0",
-                                     "checkpoint.save_at_end=false",
-                                     "runtime.peak_gflops=1",
-                                     "optimizer.lr=1e-4",
-                                     "distill.chunk_tokens=32",
-                                     "teacher.seed=2",
-                                     "run.dir=" + dir};
+  std::vector<std::string> common = bench::measured_run_keys(dir, steps);
+  for (const char* key : {"distill.chunk_tokens=32", "teacher.seed=2"}) common.push_back(key);
   for (const auto& keys :
        {narrow ? shape("model", 384, 6, 6, 1024) : shape("model", 512, 4, 8, 1376),
         shape("teacher", 512, teacher_layers, 8, 1376)})

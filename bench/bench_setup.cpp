@@ -26,6 +26,22 @@ std::string write_random_dataset(const std::string& dir, int64_t vocab, int64_t 
   return prefix;
 }
 
+std::vector<std::string> measured_run_keys(const std::string& dir, int steps) {
+  const std::string data = write_random_dataset(dir, 32000, 64, 2048, 1);
+  return {"model.vocab_size=32000",
+          "model.tied_embeddings=true",
+          "data.paths=[" + data + "]",
+          "data.seq_len=256",
+          "training.micro_batch=4",
+          "training.global_batch=4",
+          "training.steps=" + std::to_string(steps + 1),
+          "training.eval_every=0",
+          "checkpoint.save_at_end=false",
+          "runtime.peak_gflops=1",
+          "optimizer.lr=1e-4",
+          "run.dir=" + dir};
+}
+
 engine::TrainConfig bench_config(const std::vector<std::string>& assignments) {
   return engine::make_train_config(engine::Config::load("", assignments), 1);
 }

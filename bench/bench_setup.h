@@ -15,6 +15,11 @@ namespace retort::bench {
 std::string write_random_dataset(const std::string& dir, int64_t vocab, int64_t documents,
                                  int64_t length, uint64_t seed);
 
+// The run both benchmarks measure, in `dir`: `steps` + 1 steps (one to warm up) of one
+// micro-batch of 4 x 256 tokens of a random-token dataset over vocabulary 32000 with tied
+// embeddings; no evaluation, no checkpoint, no GEMM measurement at start.
+std::vector<std::string> measured_run_keys(const std::string& dir, int steps);
+
 // The defaults, then `assignments` in order (dotted key=value, as on the command line),
 // checked like any run's config, for one process.
 engine::TrainConfig bench_config(const std::vector<std::string>& assignments);

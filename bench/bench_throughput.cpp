@@ -27,24 +27,10 @@ int main(int argc, char** argv) {
 
   const std::string dir =
       (std::filesystem::temp_directory_path() / "retort_bench_throughput").string();
-  const std::string data = bench::write_random_dataset(dir, 32000, 64, 2048, 1);
-  std::vector<std::string> assignments = {"model.vocab_size=32000",
-                                          "model.hidden=512",
-                                          "model.layers=8",
-                                          "model.heads=8",
-                                          "model.kv_heads=4",
-                                          "model.ffn_hidden=1376",
-                                          "model.tied_embeddings=true",
-                                          "data.paths=[" + data + "]",
-                                          "data.seq_len=256",
-                                          "training.micro_batch=4",
-                                          "training.global_batch=4",
-                                          "training.steps=" + std::to_string(steps + 1),
-                                          "training.eval_every=0",
-                                          "checkpoint.save_at_end=false",
-                                          "runtime.peak_gflops=1",
-                                          "optimizer.lr=1e-4",
-                                          "run.dir=" + dir};
+  std::vector<std::string> assignments = bench::measured_run_keys(dir, steps);
+  for (const char* key : {"model.hidden=512", "model.layers=8", "model.heads=8", "model.kv_heads=4",
+                          "model.ffn_hidden=1376"})
+    assignments.push_back(key);
   for (int i = 3; i < argc; ++i) assignments.push_back(argv[i]);
   const engine::TrainConfig config = bench::bench_config(assignments);
   engine::Trainer trainer(config, nullptr);
