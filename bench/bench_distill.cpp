@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "bench_setup.h"
+#include "common/user_error.h"
 #include "engine/observe/memory_tracker.h"
 #include "engine/train/trainer.h"
 
@@ -43,7 +44,7 @@ std::vector<std::string> shape(const std::string& prefix, int64_t hidden, int64_
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int measure(int argc, char** argv) {
   const int steps = argc > 1 ? std::atoi(argv[1]) : 4;
   const int threads = argc > 2 ? std::atoi(argv[2]) : int(std::thread::hardware_concurrency());
   torch::set_num_threads(threads);
@@ -131,4 +132,13 @@ int main(int argc, char** argv) {
                 r.tokens_per_s / lm.tokens_per_s, target, r.peak / 1e6, machinery, allowed);
   }
   return 0;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return measure(argc, argv);
+  } catch (const retort::UserError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
 }

@@ -39,6 +39,7 @@ std::vector<std::string> measured_run_keys(const std::string& dir, int steps) {
           "checkpoint.save_at_end=false",
           "runtime.peak_gflops=1",
           "optimizer.lr=1e-4",
+          "optimizer.min_lr=1e-5",
           "run.dir=" + dir};
 }
 

@@ -13,13 +13,14 @@
 #include <thread>
 
 #include "bench_setup.h"
+#include "common/user_error.h"
 #include "engine/observe/gemm_peak.h"
 #include "engine/observe/memory_tracker.h"
 #include "engine/train/trainer.h"
 
 using namespace retort;
 
-int main(int argc, char** argv) {
+int measure(int argc, char** argv) {
   const int steps = argc > 1 ? std::atoi(argv[1]) : 5;
   const int threads = argc > 2 ? std::atoi(argv[2]) : int(std::thread::hardware_concurrency());
   torch::set_num_threads(threads);
@@ -78,4 +79,13 @@ int main(int argc, char** argv) {
   std::printf("| MFU (vs best GEMM)              | %11.1f%% |\n", 100.0 * achieved / peak);
   std::printf("| peak tensor memory in a step    | %9.1f MB |\n", memory.peak_bytes() / 1e6);
   return 0;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return measure(argc, argv);
+  } catch (const retort::UserError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
 }

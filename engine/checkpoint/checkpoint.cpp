@@ -4,6 +4,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <hdf5.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -70,6 +71,18 @@ std::string checkpoint_path(const std::string& run_dir, int64_t step) {
   char name[32];
   std::snprintf(name, sizeof(name), "step_%08lld.h5", static_cast<long long>(step));
   return (fs::path(run_dir) / "checkpoints" / name).string();
+}
+
+void prune_checkpoints(const std::string& run_dir, int64_t keep) {
+  const fs::path dir = fs::path(run_dir) / "checkpoints";
+  if (keep <= 0 || !fs::is_directory(dir)) return;
+  std::vector<fs::path> steps;  // zero-padded names: lexical order is step order
+  for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("step_", 0) == 0 && e.path().extension() == ".h5") steps.push_back(e.path());
+  }
+  std::sort(steps.begin(), steps.end());
+  for (size_t i = 0; i + keep < steps.size(); ++i) fs::remove(steps[i]);
 }
 
 std::string resolve_checkpoint(const std::string& target) {

@@ -48,6 +48,10 @@ void save_checkpoint(const std::string& path, parallel::Mesh& mesh,
 TrainingProgress load_checkpoint(const std::string& path, parallel::Mesh& mesh,
                                  layers::ParameterStore& store, AdamW* optimizer);
 
+// Deletes all but the newest `keep` step checkpoints of run_dir (0 = keep all); `latest`
+// always names one that is kept.
+void prune_checkpoints(const std::string& run_dir, int64_t keep);
+
 // "<dir>/checkpoints/step_<step>.h5"
 std::string checkpoint_path(const std::string& run_dir, int64_t step);
 // Resolves checkpoint.load: a file is used as is; a run directory means its latest checkpoint.

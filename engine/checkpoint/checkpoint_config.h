@@ -9,6 +9,8 @@ namespace retort::engine {
   KEY(int64_t, save_every, "checkpoint.save_every", 0, 0, 1e12,                            \
       "steps between saves, 0 = only at end")                                              \
   KEY(bool, save_at_end, "checkpoint.save_at_end", true, 0, 0, "save after the last step") \
+  KEY(int64_t, keep_last, "checkpoint.keep_last", 0, 0, 1e9,                               \
+      "keep only the newest K step checkpoints of run.dir, 0 = keep all")                  \
   KEY(std::string, load, "checkpoint.load", "", 0, 0,                                      \
       "checkpoint file or run directory to resume from; empty = fresh start")
 

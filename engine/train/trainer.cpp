@@ -281,6 +281,7 @@ double Trainer::evaluate() {
 
 void Trainer::save(const std::string& path) {
   save_checkpoint(path, mesh_, *store_, optimizer_.get(), sync_->zero(), progress_);
+  if (is_root()) prune_checkpoints(config_.run_dir, config_.checkpoint.keep_last);
   log_line("saved checkpoint " + path);
 }
 

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
@@ -102,4 +103,19 @@ TEST(Trainer, SameSeedSameRunDifferentSeedDifferentRun) {
   };
   EXPECT_EQ(losses("5"), losses("5"));
   EXPECT_NE(losses("5"), losses("6"));
+}
+
+TEST(Trainer, KeepLastKeepsTheNewestCheckpoints) {
+  const std::string dir = fresh_dir("keep_last");
+  Trainer trainer(tiny(dir, {"training.steps=5", "checkpoint.save_every=1",
+                             "checkpoint.keep_last=2", "training.eval_every=0", "model.hidden=32",
+                             "model.heads=2", "model.kv_heads=1", "data.seq_len=16"}),
+                  nullptr);
+  trainer.run();
+  std::vector<std::string> kept;
+  for (const auto& e : fs::directory_iterator(fs::path(dir) / "checkpoints"))
+    if (e.path().extension() == ".h5") kept.push_back(e.path().filename().string());
+  std::sort(kept.begin(), kept.end());
+  EXPECT_EQ(kept, (std::vector<std::string>{"step_00000004.h5", "step_00000005.h5"}));
+  EXPECT_EQ(resolve_checkpoint(dir), (fs::path(dir) / "checkpoints" / "step_00000005.h5").string());
 }
