@@ -20,7 +20,6 @@
 #include <thread>
 
 #include "bench_setup.h"
-#include "common/user_error.h"
 #include "engine/observe/memory_tracker.h"
 #include "engine/train/trainer.h"
 
@@ -135,10 +134,5 @@ int measure(int argc, char** argv) {
 }
 
 int main(int argc, char** argv) {
-  try {
-    return measure(argc, argv);
-  } catch (const retort::UserError& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 2;
-  }
+  return bench::main_reporting_errors(measure, argc, argv);
 }

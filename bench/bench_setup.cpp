@@ -1,9 +1,11 @@
 // bench/bench_setup.cpp: see bench_setup.h.
 #include "bench_setup.h"
 
+#include <cstdio>
 #include <filesystem>
 #include <random>
 
+#include "common/user_error.h"
 #include "engine/config/config.h"
 #include "engine/data/indexed_dataset.h"
 
@@ -45,6 +47,15 @@ std::vector<std::string> measured_run_keys(const std::string& dir, int steps) {
 
 engine::TrainConfig bench_config(const std::vector<std::string>& assignments) {
   return engine::make_train_config(engine::Config::load("", assignments), 1);
+}
+
+int main_reporting_errors(int (*measure)(int, char**), int argc, char** argv) {
+  try {
+    return measure(argc, argv);
+  } catch (const UserError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
 }
 
 }  // namespace retort::bench

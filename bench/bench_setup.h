@@ -24,4 +24,7 @@ std::vector<std::string> measured_run_keys(const std::string& dir, int steps);
 // checked like any run's config, for one process.
 engine::TrainConfig bench_config(const std::vector<std::string>& assignments);
 
+// Runs a benchmark's main; bad input (a config error) ends with "error: ..." and exit 2.
+int main_reporting_errors(int (*measure)(int, char**), int argc, char** argv);
+
 }  // namespace retort::bench

@@ -13,7 +13,6 @@
 #include <thread>
 
 #include "bench_setup.h"
-#include "common/user_error.h"
 #include "engine/observe/gemm_peak.h"
 #include "engine/observe/memory_tracker.h"
 #include "engine/train/trainer.h"
@@ -82,10 +81,5 @@ int measure(int argc, char** argv) {
 }
 
 int main(int argc, char** argv) {
-  try {
-    return measure(argc, argv);
-  } catch (const retort::UserError& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 2;
-  }
+  return bench::main_reporting_errors(measure, argc, argv);
 }
