@@ -147,6 +147,15 @@ void IndexedDataset::read(int64_t seq, int64_t offset, int64_t count, int64_t* o
 IndexedDatasetWriter::IndexedDatasetWriter(const std::string& prefix, TokenDtype dtype)
     : prefix_(prefix), dtype_(dtype) {}
 
+namespace {
+// Writes token t at dst as the little-endian T of the dataset's dtype.
+template <typename T>
+void store_as(int64_t t, uint8_t* dst) {
+  const T v = static_cast<T>(t);
+  std::memcpy(dst, &v, sizeof(T));
+}
+}  // namespace
+
 void IndexedDatasetWriter::add_document(const std::vector<int64_t>& tokens) {
   const size_t item = dtype_size(dtype_);
   const size_t start = bin_.size();
@@ -155,45 +164,30 @@ void IndexedDatasetWriter::add_document(const std::vector<int64_t>& tokens) {
   for (size_t i = 0; i < tokens.size(); ++i, dst += item) {
     const int64_t t = tokens[i];
     switch (dtype_) {
-      case TokenDtype::UInt8: {
-        uint8_t v = uint8_t(t);
-        std::memcpy(dst, &v, 1);
+      case TokenDtype::UInt8:
+        store_as<uint8_t>(t, dst);
         break;
-      }
-      case TokenDtype::Int8: {
-        int8_t v = int8_t(t);
-        std::memcpy(dst, &v, 1);
+      case TokenDtype::Int8:
+        store_as<int8_t>(t, dst);
         break;
-      }
-      case TokenDtype::Int16: {
-        int16_t v = int16_t(t);
-        std::memcpy(dst, &v, 2);
+      case TokenDtype::Int16:
+        store_as<int16_t>(t, dst);
         break;
-      }
-      case TokenDtype::UInt16: {
-        uint16_t v = uint16_t(t);
-        std::memcpy(dst, &v, 2);
+      case TokenDtype::UInt16:
+        store_as<uint16_t>(t, dst);
         break;
-      }
-      case TokenDtype::Int32: {
-        int32_t v = int32_t(t);
-        std::memcpy(dst, &v, 4);
+      case TokenDtype::Int32:
+        store_as<int32_t>(t, dst);
         break;
-      }
-      case TokenDtype::Int64: {
-        std::memcpy(dst, &t, 8);
+      case TokenDtype::Int64:
+        store_as<int64_t>(t, dst);
         break;
-      }
-      case TokenDtype::Float32: {
-        float v = float(t);
-        std::memcpy(dst, &v, 4);
+      case TokenDtype::Float32:
+        store_as<float>(t, dst);
         break;
-      }
-      case TokenDtype::Float64: {
-        double v = double(t);
-        std::memcpy(dst, &v, 8);
+      case TokenDtype::Float64:
+        store_as<double>(t, dst);
         break;
-      }
     }
   }
   lengths_.push_back(static_cast<int32_t>(tokens.size()));
