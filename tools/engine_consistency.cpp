@@ -1,5 +1,5 @@
 // tools/engine_consistency.cpp: the gradient-consistency suite as one command (see
-// engine/consistency_command.h):
+// engine/consistency/consistency_command.h):
 //   mpirun -np 4 engine_consistency CONFIG.yaml [key=value ...] [--layouts TP1,TP2,...]
 //          [--out DIR] [--accumulation 2]
 // Exits 1 if any layout fails a check, 2 on bad input.
