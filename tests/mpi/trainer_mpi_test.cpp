@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include <filesystem>
+#include <map>
 
 #include "engine/checkpoint/h5_tensors.h"
 #include "engine/config/config.h"
@@ -119,4 +120,38 @@ TEST(TrainerMpi, CheckpointReshardsAcrossLayouts) {
   }
   const double loss_a = a.train_step().loss, loss_b = b.train_step().loss;
   EXPECT_NEAR(loss_b, loss_a, 1e-5 * loss_a);
+}
+
+// GradientSync reports each parameter once its gradient is final (what an optimizer step
+// inside backward needs): every trainable parameter this rank steps, exactly once per step,
+// and nothing changes its gradient afterwards; under ZeRO-1 only the owner's.
+TEST(TrainerMpi, GradientSyncReportsEachOwnedParameterOnceFinal) {
+  if (world_size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  for (const char* zero : {"optimizer.zero_stage=0", "optimizer.zero_stage=1"}) {
+    TrainConfig config =
+        small({"parallel.tensor=2", "parallel.data=2", "parallel.sequence_parallel=true",
+               "parallel.dp_bucket_mb=0.02", zero});
+    parallel::Mesh mesh(config.layout);
+    Trainer trainer(config, nullptr, mesh);
+    GradientSync& sync = trainer.gradient_sync();
+    std::map<size_t, torch::Tensor> reported;  // parameter -> its gradient when reported
+    sync.set_on_final([&](size_t i) {
+      EXPECT_EQ(reported.count(i), 0u) << "reported twice: " << i;
+      reported[i] = trainer.parameters().all()[i].value.grad().clone();
+    });
+    StepInspector inspector;
+    inspector.on_gradients = [&](const StepResult&) {
+      for (size_t i = 0; i < trainer.parameters().all().size(); ++i) {
+        const layers::Parameter& p = trainer.parameters().all()[i];
+        const bool steps_here = !p.spec.frozen() && sync.owns(i);
+        ASSERT_EQ(reported.count(i), size_t(steps_here)) << p.spec.name << " (" << zero << ")";
+        if (steps_here)
+          EXPECT_TRUE(torch::equal(reported[i], p.value.grad()))
+              << p.spec.name << " changed after it was reported final (" << zero << ")";
+      }
+    };
+    trainer.set_inspector(&inspector);
+    trainer.train_step();
+    EXPECT_FALSE(reported.empty());
+  }
 }
