@@ -28,7 +28,8 @@ Attention::Attention(const ModelConfig& c, const std::string& p, int64_t window,
 }
 
 torch::Tensor Attention::forward(const torch::Tensor& x, const torch::Tensor& rope_cos,
-                                 const torch::Tensor& rope_sin, const torch::Tensor& mask) const {
+                                 const torch::Tensor& rope_sin, const torch::Tensor& mask,
+                                 const RecomputePolicy& recompute) const {
   const int64_t b = x.size(0), s = x.size(1);
   auto heads = [&](const torch::Tensor& y) {
     return y.view({b, s, -1, head_dim_}).transpose(1, 2);  // [b, local heads, s, d]
@@ -36,7 +37,16 @@ torch::Tensor Attention::forward(const torch::Tensor& x, const torch::Tensor& ro
   torch::Tensor q = apply_rope(heads(q_->forward(x)), rope_cos, rope_sin);
   torch::Tensor k = apply_rope(heads(k_->forward(x)), rope_cos, rope_sin);
   torch::Tensor v = heads(v_->forward(x));
-  torch::Tensor out = grouped_attention(q, k, v, mask).transpose(1, 2).reshape({b, s, -1});
+  torch::Tensor core;
+  if (recompute.active(Checkpointing::selective)) {  // keep q, k, v; not the b x h x s x s part
+    auto attend = [mask](const std::vector<torch::Tensor>& in) {
+      return std::vector<torch::Tensor>{grouped_attention(in[0], in[1], in[2], mask)};
+    };
+    core = run_recomputed(attend, {q, k, v}, recompute.offloader)[0];
+  } else {
+    core = grouped_attention(q, k, v, mask);
+  }
+  torch::Tensor out = core.transpose(1, 2).reshape({b, s, -1});
   return o_->forward(out);
 }
 

@@ -9,6 +9,7 @@
 
 #include "layers/model_config.h"
 #include "layers/parallel_linear.h"
+#include "layers/recompute.h"
 
 namespace retort::layers {
 
@@ -19,7 +20,8 @@ class Attention {
   // x: the column-parallel input [b, s, h] (full sequence, replicated over TP);
   // returns the TP-reduced output (sequence-split under STP).
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& rope_cos,
-                        const torch::Tensor& rope_sin, const torch::Tensor& mask) const;
+                        const torch::Tensor& rope_sin, const torch::Tensor& mask,
+                        const RecomputePolicy& recompute = {}) const;
   int64_t window() const { return window_; }
 
  private:

@@ -38,7 +38,9 @@ BlockContext make_block_context(const ModelConfig& config, int64_t seq_len,
 }
 
 Block::Block(const ModelConfig& config, int64_t index, ParameterStore& store, TensorParallel tp)
-    : norm_eps_(config.norm_eps), tp_(tp), index_(index),
+    : norm_eps_(config.norm_eps),
+      tp_(tp),
+      index_(index),
       attn_norm_(store.create(norm_spec(capture_name(index, "attn_norm.weight"), config.hidden))),
       mlp_norm_(store.create(norm_spec(capture_name(index, "mlp_norm.weight"), config.hidden))),
       attention_(config, capture_name(index, "attn."), config.window_of_layer(index), store, tp),
@@ -46,11 +48,32 @@ Block::Block(const ModelConfig& config, int64_t index, ParameterStore& store, Te
 
 torch::Tensor Block::forward(const torch::Tensor& x, const BlockContext& context,
                              CaptureSink* sink) const {
-  torch::Tensor mixer =
-      attention_.forward(tp_.enter_column(rms_norm(x, attn_norm_, norm_eps_)), context.rope_cos,
-                         context.rope_sin, context.mask_for(attention_.window()));
+  if (!context.recompute.active(Checkpointing::full)) return forward_parts(x, context, sink);
+  std::vector<std::string> captured;
+  for (const char* point : kCapturePoints)
+    if (sink && sink->wants(capture_name(index_, point)))
+      captured.push_back(capture_name(index_, point));
+  BlockContext plain = context;  // the recomputation itself keeps everything it needs
+  plain.recompute = {};
+  auto block = [this, plain, captured](const std::vector<torch::Tensor>& in) {
+    CaptureSink local({captured.begin(), captured.end()});
+    std::vector<torch::Tensor> out{forward_parts(in[0], plain, &local)};
+    for (const std::string& name : captured) out.push_back(local.at(name));
+    return out;
+  };
+  std::vector<torch::Tensor> out = run_recomputed(block, {x}, context.recompute.offloader);
+  for (size_t i = 0; i < captured.size(); ++i) sink->put(captured[i], out[1 + i]);
+  return out[0];
+}
+
+torch::Tensor Block::forward_parts(const torch::Tensor& x, const BlockContext& context,
+                                   CaptureSink* sink) const {
+  torch::Tensor mixer = attention_.forward(
+      tp_.enter_column(rms_norm(x, attn_norm_, norm_eps_)), context.rope_cos, context.rope_sin,
+      context.mask_for(attention_.window()), context.recompute);
   torch::Tensor h = x + mixer;
-  torch::Tensor mlp = mlp_.forward(tp_.enter_column(rms_norm(h, mlp_norm_, norm_eps_)));
+  torch::Tensor mlp =
+      mlp_.forward(tp_.enter_column(rms_norm(h, mlp_norm_, norm_eps_)), context.recompute);
   torch::Tensor out = h + mlp;
   if (sink) {
     sink->put(capture_name(index_, "mixer_output"), mixer);

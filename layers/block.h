@@ -16,15 +16,17 @@
 #include "layers/mlp.h"
 #include "layers/model_config.h"
 #include "layers/parameters.h"
+#include "layers/recompute.h"
 #include "layers/tensor_parallel.h"
 
 namespace retort::layers {
 
 // Tables shared by every block of one forward pass.
 struct BlockContext {
-  torch::Tensor rope_cos, rope_sin;  // [seq, head_dim]
-  torch::Tensor mask_full;           // causal mask [seq, seq]
+  torch::Tensor rope_cos, rope_sin;                 // [seq, head_dim]
+  torch::Tensor mask_full;                          // causal mask [seq, seq]
   std::map<int64_t, torch::Tensor> mask_by_window;  // sliding-window masks, by window size
+  RecomputePolicy recompute;                        // activation checkpointing / offloading
   const torch::Tensor& mask_for(int64_t window) const;
 };
 
@@ -34,12 +36,17 @@ BlockContext make_block_context(const ModelConfig& config, int64_t seq_len,
 class Block {
  public:
   Block(const ModelConfig& config, int64_t index, ParameterStore& store, TensorParallel tp = {});
-  // x: [batch, seq, hidden] (seq / tp under sequence parallel) -> the same shape
+  // x: [batch, seq, hidden] (seq / tp under sequence parallel) -> the same shape. Under full
+  // checkpointing the captures the sink wants are outputs of the recomputed block, so the
+  // losses on them backpropagate into it.
   torch::Tensor forward(const torch::Tensor& x, const BlockContext& context,
                         CaptureSink* sink) const;
   int64_t index() const { return index_; }
 
  private:
+  torch::Tensor forward_parts(const torch::Tensor& x, const BlockContext& context,
+                              CaptureSink* sink) const;
+
   double norm_eps_;
   TensorParallel tp_;
   int64_t index_;

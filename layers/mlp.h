@@ -7,6 +7,7 @@
 
 #include "layers/model_config.h"
 #include "layers/parallel_linear.h"
+#include "layers/recompute.h"
 
 namespace retort::layers {
 
@@ -15,7 +16,7 @@ class SwiGluMlp {
   SwiGluMlp(const ModelConfig& config, const std::string& prefix, ParameterStore& store,
             const TensorParallel& tp);
   // x: column-parallel input [b, s, h]; returns the TP-reduced output.
-  torch::Tensor forward(const torch::Tensor& x) const;
+  torch::Tensor forward(const torch::Tensor& x, const RecomputePolicy& recompute = {}) const;
 
  private:
   std::optional<ColumnParallelLinear> gate_, up_;

@@ -50,6 +50,8 @@ torch::Tensor LlamaModel::embed(const torch::Tensor& tokens) const {
 torch::Tensor LlamaModel::run_blocks(torch::Tensor x, int64_t seq_len, CaptureSink* sink) const {
   if (blocks_.empty()) return x;
   BlockContext context = make_block_context(config_, seq_len, x.options());
+  context.recompute = recompute_;
+  if (recompute_.offloader) recompute_.offloader->begin_chain();
   for (const Block& block : blocks_) x = block.forward(x, context, sink);
   return x;
 }

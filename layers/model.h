@@ -53,6 +53,8 @@ class LlamaModel {
   const ModelConfig& config() const { return config_; }
   const TensorParallel& tensor_parallel() const { return tp_; }
   const ModelStage& stage() const { return stage_; }
+  // What the blocks keep for backward (activation checkpointing and offloading).
+  void set_recompute(const RecomputePolicy& policy) { recompute_ = policy; }
 
  private:
   torch::Tensor unmasked_logits(const torch::Tensor& hidden) const;
@@ -60,6 +62,7 @@ class LlamaModel {
   ModelConfig config_;
   TensorParallel tp_;
   ModelStage stage_;
+  RecomputePolicy recompute_;
   torch::Tensor embed_, final_norm_, lm_head_;
   std::vector<Block> blocks_;
 };

@@ -127,10 +127,12 @@ KeySpec spec(const char* path, const T& default_value, double min, double max, c
 #define RETORT_SPEC_CHECKPOINT(...) RETORT_SPEC(checkpoint., __VA_ARGS__)
 #define RETORT_SPEC_PARALLEL(...) RETORT_SPEC(parallel., __VA_ARGS__)
 #define RETORT_SPEC_RUNTIME(...) RETORT_SPEC(runtime., __VA_ARGS__)
+#define RETORT_SPEC_MEMORY(...) RETORT_SPEC(memory., __VA_ARGS__)
 
 std::vector<KeySpec> build_keys() {
   using distill::ActivationLoss;
   using distill::LogitLoss;
+  using layers::Checkpointing;
   return {RETORT_RUN_KEYS(RETORT_SPEC_RUN) RETORT_MODEL_KEYS(RETORT_SPEC_MODEL)
               RETORT_PARAM_POLICY_KEYS(RETORT_SPEC_PARAMS) RETORT_TEACHER_KEYS(RETORT_SPEC_TEACHER)
                   RETORT_DISTILL_KEYS(RETORT_SPEC_DISTILL)
@@ -140,7 +142,8 @@ std::vector<KeySpec> build_keys() {
                                   RETORT_OPTIMIZER_KEYS(RETORT_SPEC_OPTIMIZER)
                                       RETORT_CHECKPOINT_KEYS(RETORT_SPEC_CHECKPOINT)
                                           RETORT_PARALLEL_KEYS(RETORT_SPEC_PARALLEL)
-                                              RETORT_RUNTIME_KEYS(RETORT_SPEC_RUNTIME)};
+                                              RETORT_MEMORY_KEYS(RETORT_SPEC_MEMORY)
+                                                  RETORT_RUNTIME_KEYS(RETORT_SPEC_RUNTIME)};
 }
 
 }  // namespace

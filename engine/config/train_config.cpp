@@ -103,6 +103,17 @@ TrainConfig make_train_config(const Config& c, int world_size) {
   require(schedule.min_lr <= schedule.lr, "optimizer.min_lr must not exceed optimizer.lr");
   if (schedule.decay_steps == 0) schedule.decay_steps = t.training.steps;
 
+  const OptimizerConfig& o = t.optimizer;
+  require(!o.in_backward || o.grad_clip == 0,
+          "optimizer.in_backward: true steps each parameter before the global gradient norm is "
+          "known, so it cannot clip by it; set optimizer.grad_clip: 0 (it is " +
+              std::to_string(o.grad_clip) + ")");
+  const layers::MemoryConfig& mem = t.memory;
+  require(!mem.activation_offloading || mem.activation_checkpointing != layers::Checkpointing::none,
+          "memory.activation_offloading: true moves what activation checkpointing keeps; set "
+          "memory.activation_checkpointing to full or selective (libtorch 1.13 has no C++ "
+          "saved-tensor hooks to move the tensors autograd saves itself)");
+
   const ParallelConfig& p = t.parallel;
   t.layout.tensor = static_cast<int>(p.tensor);
   t.layout.pipeline = static_cast<int>(p.pipeline);

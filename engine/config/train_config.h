@@ -15,6 +15,7 @@
 #include "engine/config/key_table.h"
 #include "engine/data/data_config.h"
 #include "engine/optim/optimizer_config.h"
+#include "layers/memory_config.h"
 #include "layers/model_config.h"
 #include "parallel/layout.h"
 #include "parallel/pipeline_partition.h"
@@ -124,6 +125,7 @@ struct TrainConfig {
   OptimizerConfig optimizer;
   CheckpointConfig checkpoint;
   ParallelConfig parallel;
+  layers::MemoryConfig memory;
   RuntimeConfig runtime;
   // Resolved by make_train_config:
   parallel::Layout layout;                   // data filled in for the world size

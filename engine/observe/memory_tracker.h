@@ -1,19 +1,47 @@
-// engine/observe/memory_tracker.h: exact current and peak bytes of CPU tensor memory, by wrapping
-// the CPU allocator: each allocation adds its size and its DataPtr's deleter subtracts it.
+// engine/observe/memory_tracker.h: exact current and peak bytes of CPU tensor memory, by
+// wrapping the CPU allocator: each allocation adds its size to the category current at the
+// time (common/memory_category.h) and its DataPtr's deleter subtracts it. The device figure
+// is every category except `offloaded` (the host store of offloaded activations, which on a
+// GPU build is host memory); at each new device peak the split by category is recorded, so
+// the peak reads as parameters + gradients + optimizer state + activations + teacher + rest.
 // Installed once per process; tensors allocated before installation are not counted.
 #pragma once
+#include <array>
 #include <cstdint>
+#include <string>
+
+#include "common/memory_category.h"
+
+namespace at {
+class Tensor;
+}
 
 namespace retort::engine {
+
+struct MemorySplit {
+  std::array<int64_t, kMemoryCategories> bytes{};
+  int64_t of(MemoryCategory c) const { return bytes[int(c)]; }
+  // Everything but the offloaded host store.
+  int64_t device() const;
+};
 
 class MemoryTracker {
  public:
   // Installs the tracking allocator (idempotent) and returns the process-wide tracker.
   static MemoryTracker& install();
-  int64_t current_bytes() const;
-  int64_t peak_bytes() const;
+  int64_t current_bytes() const;  // device
+  int64_t peak_bytes() const;     // device
+  MemorySplit current_split() const;
+  // The split at the moment of the device peak.
+  MemorySplit peak_split() const;
+  // Peak of the offloaded host store.
+  int64_t peak_offloaded_bytes() const;
   // Starts a new peak measurement from the current level.
   void reset_peak();
+  // Files the memory of t's storage under `category` from now on (gradients are allocated
+  // inside backward as temporaries and become gradients when accumulated). No effect on
+  // memory not allocated through the tracker.
+  void retag(const at::Tensor& t, MemoryCategory category);
 };
 
 }  // namespace retort::engine

@@ -69,6 +69,7 @@ void MetricsFile::write(const StepMetrics& m) {
                       {"eta_s", m.eta_s}};
   if (m.valid_loss) j["valid_loss"] = *m.valid_loss;
   for (const auto& [name, value] : m.parts) j[name] = value;
+  if (!m.peak_by_category.empty()) j["peak_mem_by_category"] = m.peak_by_category;
   out_ << j.dump() << "\n";
   out_.flush();
 }

@@ -1,6 +1,6 @@
 // engine/observe/metrics.h: per-step metrics, printed as one console line and appended as one JSON
 // object to <run.dir>/metrics.jsonl (step, loss, lr, grad_norm, tokens_per_s, mfu,
-// peak_mem_bytes, eta_s, and valid_loss at evaluation steps).
+// peak_mem_bytes and its split by category, eta_s, and valid_loss at evaluation steps).
 #pragma once
 #include <cstdint>
 #include <fstream>
@@ -18,6 +18,9 @@ struct StepMetrics {
   double eta_s = 0;
   std::optional<double> valid_loss;
   std::map<std::string, double> parts;  // loss components when distilling
+  // The device peak since the previous line, by category (common/memory_category.h), and
+  // the peak of the offloaded host store.
+  std::map<std::string, int64_t> peak_by_category;
 };
 
 std::string format_console_line(const StepMetrics& m);

@@ -47,13 +47,21 @@ int64_t AdamW::state_bytes() const {
   return bytes;
 }
 
-double global_grad_norm(const layers::ParameterStore& store, const layers::TensorParallel& tp,
-                        parallel::Communicator* sharded_over, parallel::Communicator* pipeline) {
+double grad_square(const layers::Parameter& p) {
+  if (!p.value.grad().defined()) return -1;
+  const double norm = p.value.grad().norm().item<double>();  // no full-size copy
+  return norm * norm;
+}
+
+double grad_norm_from_squares(const layers::ParameterStore& store,
+                              const std::vector<double>& squares, const layers::TensorParallel& tp,
+                              parallel::Communicator* sharded_over,
+                              parallel::Communicator* pipeline) {
   double sharded = 0, replicated = 0;
-  for (const auto& p : store.all()) {
-    if (p.spec.frozen() || p.spec.tied_copy || !p.value.grad().defined()) continue;
-    const double norm = p.value.grad().norm().item<double>();  // no full-size copy
-    (p.spec.shard_dim >= 0 && tp.size() > 1 ? sharded : replicated) += norm * norm;
+  for (size_t i = 0; i < store.all().size(); ++i) {
+    const layers::Parameter& p = store.all()[i];
+    if (p.spec.frozen() || p.spec.tied_copy || squares[i] < 0) continue;
+    (p.spec.shard_dim >= 0 && tp.size() > 1 ? sharded : replicated) += squares[i];
   }
   if (tp.size() > 1) {
     torch::Tensor s = torch::tensor({sharded}, torch::kDouble);
@@ -68,6 +76,14 @@ double global_grad_norm(const layers::ParameterStore& store, const layers::Tenso
     total = t.item<double>();
   }
   return std::sqrt(total);
+}
+
+double global_grad_norm(const layers::ParameterStore& store, const layers::TensorParallel& tp,
+                        parallel::Communicator* sharded_over, parallel::Communicator* pipeline) {
+  std::vector<double> squares;
+  for (const auto& p : store.all())
+    squares.push_back(p.spec.frozen() || p.spec.tied_copy ? -1 : grad_square(p));
+  return grad_norm_from_squares(store, squares, tp, sharded_over, pipeline);
 }
 
 double clip_grad_norm(layers::ParameterStore& store, double max_norm,

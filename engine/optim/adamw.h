@@ -53,6 +53,15 @@ class AdamW {
 double global_grad_norm(const layers::ParameterStore& store, const layers::TensorParallel& tp = {},
                         parallel::Communicator* sharded_over = nullptr,
                         parallel::Communicator* pipeline = nullptr);
+// The same from each parameter's squared gradient norm (negative: no gradient), recorded
+// before optimizer-in-backward freed the gradients.
+double grad_norm_from_squares(const layers::ParameterStore& store,
+                              const std::vector<double>& squares,
+                              const layers::TensorParallel& tp = {},
+                              parallel::Communicator* sharded_over = nullptr,
+                              parallel::Communicator* pipeline = nullptr);
+// The squared norm of parameter p's gradient, -1 without one.
+double grad_square(const layers::Parameter& p);
 // Scales all gradients so their global norm is at most max_norm; returns the norm before.
 // `pipeline`: the other stages' parameters count too (tied copies once, on their owner).
 double clip_grad_norm(layers::ParameterStore& store, double max_norm,

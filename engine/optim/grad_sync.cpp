@@ -78,7 +78,7 @@ GradientSync::GradientSync(layers::ParameterStore& store, parallel::Mesh& mesh,
     for (size_t k : bucket.params)
       bucket.owner_counts[zero_->owner(k)] += store.all()[k].value.numel();
   }
-  if (mesh_.dp().size() > 1)
+  if (mesh_.dp().size() > 1 || options_.complete_in_backward)
     hooks_ = std::make_unique<GradReadyHooks>(store, [this](size_t k) { on_grad_ready(k); });
 }
 
@@ -94,6 +94,13 @@ void GradientSync::on_grad_ready(size_t param) {
   // Give MPI a chance to progress earlier buckets while backward continues.
   for (Bucket& b : buckets_)
     if (b.launched && b.handle.pending()) b.handle.test();
+  if (!options_.complete_in_backward) return;
+  for (Bucket& b : buckets_)
+    if (b.launched && !b.handle.pending()) {
+      complete(b);
+      b.completed = true;
+      ++completed_early_;
+    }
 }
 
 void GradientSync::launch(Bucket& bucket) {
@@ -153,6 +160,10 @@ void GradientSync::complete(Bucket& bucket) {
 
 void GradientSync::finish() {
   for (Bucket& bucket : buckets_) {
+    if (bucket.completed) {
+      bucket.completed = false;
+      continue;
+    }
     if (!bucket.launched) launch(bucket);
     complete(bucket);
   }

@@ -13,7 +13,10 @@
 // all final is finished from the grad-ready hook of its last parameter, so communication
 // overlaps the rest of backward; finish() completes the rest and waits. The tied embedding
 // is a bucket of its own that only finish() completes: its sum needs the other stage's
-// backward. on_final (set by optimizer-in-backward) is called per parameter once final.
+// backward. on_final (set by optimizer-in-backward) is called per parameter once final; with
+// complete_in_backward the hooks are installed at any DP size and a bucket is also completed
+// (its reduction waited for, on_final called) during backward as soon as its communication
+// is done, so the parameters step and free their gradients while backward continues.
 #pragma once
 #include <functional>
 #include <memory>
@@ -35,8 +38,9 @@ void sum_partial_tp_grads(layers::ParameterStore& store, const layers::TensorPar
 
 struct GradSyncOptions {
   int64_t bucket_bytes = 4'000'000;
-  bool zero = false;             // ZeRO-1 over DP: reduce-scatter to owners
-  bool tied_embeddings = false;  // sum embed.weight over the mesh's embedding group
+  bool zero = false;                  // ZeRO-1 over DP: reduce-scatter to owners
+  bool tied_embeddings = false;       // sum embed.weight over the mesh's embedding group
+  bool complete_in_backward = false;  // optimizer-in-backward: on_final during backward
 };
 
 class GradientSync {
@@ -48,7 +52,7 @@ class GradientSync {
   // The next backward is the step's last: finish buckets as their gradients become final.
   void arm() {
     armed_ = true;
-    finished_early_ = 0;
+    finished_early_ = completed_early_ = 0;
   }
   // Finishes every bucket not finished yet and waits for all communication.
   void finish();
@@ -62,8 +66,10 @@ class GradientSync {
   void set_on_final(std::function<void(size_t param)> on_final) { on_final_ = std::move(on_final); }
 
   size_t bucket_count() const { return buckets_.size(); }
-  // Buckets finished from a hook during the last step's backward.
+  // Buckets launched from a hook during the last step's backward.
   int64_t finished_during_backward() const { return finished_early_; }
+  // Buckets completed (on_final called) during the last step's backward.
+  int64_t completed_during_backward() const { return completed_early_; }
 
  private:
   struct Bucket {
@@ -72,8 +78,9 @@ class GradientSync {
     bool deferred = false;              // only finish() may complete it (the tied embedding)
     int ready = 0;
     bool launched = false;
-    torch::Tensor flat;    // the DP message (kept until the operation completes)
-    torch::Tensor result;  // its reduced form: flat itself, or under ZeRO this rank's part
+    bool completed = false;  // during backward; finish() skips it
+    torch::Tensor flat;      // the DP message (kept until the operation completes)
+    torch::Tensor result;    // its reduced form: flat itself, or under ZeRO this rank's part
     parallel::Handle handle;
   };
   void on_grad_ready(size_t param);
@@ -90,7 +97,7 @@ class GradientSync {
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_;
   bool armed_ = false;
-  int64_t finished_early_ = 0;
+  int64_t finished_early_ = 0, completed_early_ = 0;
   std::function<void(size_t)> on_final_;
   std::unique_ptr<GradReadyHooks> hooks_;
 };

@@ -5,6 +5,7 @@
 
 #include <chrono>
 
+#include "common/memory_category.h"
 #include "parallel/pipeline_runner.h"
 
 namespace retort::engine {
@@ -90,19 +91,28 @@ double StageStep::train(parallel::Communicator& pp, const std::vector<MicroBatch
     const MicroBatch& b = micro[m];
     InFlight& f = in_flight[m];
     torch::Tensor x, t;
+    // What the forward allocates and keeps is the student's saved activations or the
+    // teacher's activations (its hidden state, captures and logits); backward's temporaries
+    // count as the rest.
+    MemoryScope student_memory(MemoryCategory::activations);
     if (stage.embedding) {
       x = student.embed(b.tokens);
+      MemoryScope teacher_memory(MemoryCategory::teacher_activations);
       if (teacher_travels) t = teacher->embed(b.tokens);
     } else {
       f.input = (teacher_travels ? received.narrow(2, 0, student_width).contiguous() : received)
                     .requires_grad_(true);
       x = f.input;
+      MemoryScope teacher_memory(MemoryCategory::teacher_activations);
       if (teacher_travels) t = received.narrow(2, student_width, teacher_width).contiguous();
     }
     layers::CaptureSink sink(student_captures(inspector)),
         teacher_sink(teacher_captures(inspector));
     x = student.run_blocks(x, seq_len_, sink.wants_any() ? &sink : nullptr);
-    if (teacher_travels) t = teacher->run_blocks(t, seq_len_, &teacher_sink);
+    if (teacher_travels) {
+      MemoryScope teacher_memory(MemoryCategory::teacher_activations);
+      t = teacher->run_blocks(t, seq_len_, &teacher_sink);
+    }
     // Before the activation losses take (and free) the teacher's captures.
     if (inspect_captures) inspector->on_captures(step, b.first_sample, sink, teacher_sink);
 
@@ -114,8 +124,11 @@ double StageStep::train(parallel::Communicator& pp, const std::vector<MicroBatch
       if (!distiller) {
         head = student.head_loss_sum(x, b.targets) / target_count;
       } else {
-        torch::Tensor teacher_logits =
-            distiller->needs_teacher_logits() ? teacher->head_logits(t) : torch::Tensor();
+        torch::Tensor teacher_logits;
+        if (distiller->needs_teacher_logits()) {
+          MemoryScope teacher_memory(MemoryCategory::teacher_activations);
+          teacher_logits = teacher->head_logits(t);
+        }
         head = distiller->output_loss(student.head_logits(x), teacher_logits, b.targets,
                                       target_count, student.config().vocab_size, &terms);
       }

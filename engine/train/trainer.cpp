@@ -42,6 +42,7 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
       own_mesh_(std::move(own_mesh)),
       mesh_(mesh ? *mesh : *own_mesh_),
       dtype_(config.dtype == DType::float64 ? torch::kDouble : torch::kFloat) {
+  MemoryTracker& memory = MemoryTracker::install();  // before the first parameter
   if (config_.runtime.device == Device::cuda)
     throw UserError(torch::cuda::is_available()
                         ? "runtime.device=cuda: placing the model on the GPU is not built yet; "
@@ -59,19 +60,36 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
     const parallel::LayerRange& layers = config_.stages.at(stage_index);
     stage = {layers.first, layers.end, stage_index == 0, stage_index == layout.pipeline - 1};
   }
-  store_ = std::make_unique<layers::ParameterStore>(config_.seed, dtype_, tp_.position());
-  store_->set_lr_scale_rule(
-      [this](const std::string& name) { return config_.params.lr_scale(name); });
-  model_ = std::make_unique<layers::LlamaModel>(config_.model, *store_, tp_, stage);
+  {
+    MemoryScope parameters(MemoryCategory::parameters);
+    store_ = std::make_unique<layers::ParameterStore>(config_.seed, dtype_, tp_.position());
+    store_->set_lr_scale_rule(
+        [this](const std::string& name) { return config_.params.lr_scale(name); });
+    model_ = std::make_unique<layers::LlamaModel>(config_.model, *store_, tp_, stage);
+  }
   initialise_student();
   build_distiller();
+  const layers::MemoryConfig& memory_config = config_.memory;
+  if (memory_config.activation_offloading)
+    offloader_ = std::make_unique<layers::ActivationOffloader>();
+  model_->set_recompute({memory_config.activation_checkpointing, offloader_.get()});
+  // Gradients are allocated inside backward as temporaries; once accumulated they count as
+  // gradients (hooked before the gradient sync, which may free them).
+  gradient_accounting_ = std::make_unique<GradReadyHooks>(*store_, [this, &memory](size_t k) {
+    memory.retag(store_->all()[k].value.grad(), MemoryCategory::gradients);
+  });
   GradSyncOptions sync;
   sync.bucket_bytes = static_cast<int64_t>(config_.parallel.dp_bucket_mb * 1e6);
   sync.zero = config_.optimizer.zero_stage == 1;
   sync.tied_embeddings = config_.model.tied_embeddings;
+  sync.complete_in_backward = config_.optimizer.in_backward;
   sync_ = std::make_unique<GradientSync>(*store_, mesh_, tp_, sync);
-  optimizer_ = std::make_unique<AdamW>(*store_, config_.optimizer,
-                                       [this](size_t i) { return sync_->owns(i); });
+  {
+    MemoryScope state(MemoryCategory::optimizer_state);
+    optimizer_ = std::make_unique<AdamW>(*store_, config_.optimizer,
+                                         [this](size_t i) { return sync_->owns(i); });
+  }
+  if (config_.optimizer.in_backward) sync_->set_on_final([this](size_t k) { step_in_backward(k); });
   stage_step_ =
       std::make_unique<StageStep>(StageModels{model_.get(), teacher_.get(), distiller_.get()}, tp_,
                                   config_.data.seq_len, dtype_);
@@ -163,9 +181,13 @@ void Trainer::build_distiller() {
         teacher_model.layers, config_.layout.pipeline, pins)[mesh_.coordinates().pp];
     teacher_stage = {teacher_layers.first, teacher_layers.end, stage().embedding, stage().head};
   }
-  teacher_ =
-      std::make_unique<distill::Teacher>(teacher_model, d.keys.seed, dtype_, tp_, teacher_stage);
+  {
+    MemoryScope weights(MemoryCategory::teacher_weights);
+    teacher_ =
+        std::make_unique<distill::Teacher>(teacher_model, d.keys.seed, dtype_, tp_, teacher_stage);
+  }
   if (!teacher_path.empty()) load_checkpoint(teacher_path, mesh_, teacher_->parameters(), nullptr);
+  MemoryScope projections(MemoryCategory::parameters);
   distiller_ = std::make_unique<distill::Distiller>(objective, *teacher_, config_.model, *store_,
                                                     tp_, stage());
 }
@@ -217,6 +239,13 @@ std::vector<MicroBatch> Trainer::read_micro_batches(double& target_count) {
   return micro;
 }
 
+void Trainer::step_in_backward(size_t k) {
+  layers::Parameter& p = store_->all()[k];
+  grad_squares_[k] = grad_square(p);
+  optimizer_->step_parameter(k, step_lr_);
+  p.value.mutable_grad().reset();
+}
+
 void Trainer::clear_gradients() {
   for (auto& p : store_->all())
     if (p.value.grad().defined()) p.value.mutable_grad().reset();
@@ -229,6 +258,13 @@ StepResult Trainer::train_step() {
   double target_count = 0;
   const std::vector<MicroBatch> micro = read_micro_batches(target_count);
   clear_gradients();
+  result.lr = config_.optimizer.schedule.at(progress_.step);
+  const bool in_backward = config_.optimizer.in_backward;
+  if (in_backward) {  // parameters step as GradientSync reports them final
+    optimizer_->begin_step();
+    step_lr_ = result.lr;
+    grad_squares_.assign(store_->all().size(), -1);
+  }
   if (distiller_ && distiller_->uses_activations())  // every stage reports every pair
     for (const distill::ActivationPair& pair : distiller_->pairs())
       result.terms.per_pair[pair.student] = 0;
@@ -246,10 +282,14 @@ StepResult Trainer::train_step() {
   if (inspector_ && inspector_->on_gradients) inspector_->on_gradients(result);
 
   start = clock::now();
-  result.grad_norm =
-      clip_grad_norm(*store_, config_.optimizer.grad_clip, tp_, sync_->sharded_over(), &mesh_.pp());
-  result.lr = config_.optimizer.schedule.at(progress_.step);
-  optimizer_->step(result.lr);
+  if (in_backward) {
+    result.grad_norm =
+        grad_norm_from_squares(*store_, grad_squares_, tp_, sync_->sharded_over(), &mesh_.pp());
+  } else {
+    result.grad_norm = clip_grad_norm(*store_, config_.optimizer.grad_clip, tp_,
+                                      sync_->sharded_over(), &mesh_.pp());
+    optimizer_->step(result.lr);
+  }
   if (ZeroPartition* zero = sync_->zero()) zero->all_gather_parameters(*store_);
   result.times.optimizer_s = seconds_since(start);
   progress_.step += 1;
@@ -296,7 +336,14 @@ void Trainer::write_metrics(const StepResult& r, double seconds, int64_t steps_i
   m.grad_norm = r.grad_norm;
   m.tokens_per_s = double(steps_in_interval * t.global_batch * config_.data.seq_len) / seconds;
   m.mfu = m.tokens_per_s * flops_per_token_ / (peak_gflops_ * 1e9 * mesh_.world().size());
-  m.peak_mem_bytes = MemoryTracker::install().peak_bytes();
+  MemoryTracker& memory = MemoryTracker::install();
+  m.peak_mem_bytes = memory.peak_bytes();
+  const MemorySplit split = memory.peak_split();
+  for (int c = 0; c < kMemoryCategories; ++c)
+    if (MemoryCategory(c) != MemoryCategory::offloaded)
+      m.peak_by_category[enum_name(MemoryCategory(c))] = split.bytes[c];
+  m.peak_by_category["offloaded_host_peak"] = memory.peak_offloaded_bytes();
+  memory.reset_peak();
   m.eta_s = seconds / double(steps_in_interval) * double(t.steps - r.step);
   const bool eval_now = t.eval_every > 0 && (r.step % t.eval_every == 0 || r.step == t.steps);
   if (eval_now && streams_.valid) m.valid_loss = evaluate();

@@ -18,6 +18,7 @@
 #include "engine/data/data_setup.h"
 #include "engine/observe/metrics.h"
 #include "engine/optim/adamw.h"
+#include "engine/optim/grad_hooks.h"
 #include "engine/optim/grad_sync.h"
 #include "engine/optim/lr_schedule.h"
 #include "engine/train/stage_step.h"
@@ -50,6 +51,7 @@ class Trainer {
   layers::ParameterStore& parameters() { return *store_; }
   AdamW& optimizer() { return *optimizer_; }
   GradientSync& gradient_sync() { return *sync_; }
+  layers::ActivationOffloader* offloader() { return offloader_.get(); }
   const layers::TensorParallel& tensor_parallel() const { return tp_; }
   parallel::Mesh& mesh() { return mesh_; }
   void set_inspector(StepInspector* inspector) { inspector_ = inspector; }
@@ -66,6 +68,8 @@ class Trainer {
   // This step's micro-batches of this DP rank and the global number of target tokens.
   std::vector<MicroBatch> read_micro_batches(double& target_count);
   void clear_gradients();
+  // Optimizer-in-backward: steps parameter k (its gradient final) and frees its gradient.
+  void step_in_backward(size_t k);
   // The loss and its parts summed over pipeline stages, then over DP ranks.
   void sum_over_ranks(StepResult& result);
   double dp_sum(double value);
@@ -85,6 +89,10 @@ class Trainer {
   std::unique_ptr<distill::Distiller> distiller_;
   std::unique_ptr<GradientSync> sync_;
   std::unique_ptr<StageStep> stage_step_;
+  std::unique_ptr<layers::ActivationOffloader> offloader_;
+  std::unique_ptr<GradReadyHooks> gradient_accounting_;  // files gradients under their category
+  double step_lr_ = 0;                // the learning rate of the step in progress
+  std::vector<double> grad_squares_;  // optimizer-in-backward: squared norms before freeing
   SampleStreams streams_;
   LrSchedule schedule_;
   TrainingProgress progress_;

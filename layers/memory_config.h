@@ -1,0 +1,24 @@
+// layers/memory_config.h: the memory.* keys: how blocks keep what backward needs. Activation
+// checkpointing recomputes in backward what the forward did not keep (layers/recompute.h);
+// offloading moves what it keeps to a host store until backward. Plain C++.
+#pragma once
+#include "common/config_fields.h"
+
+namespace retort::layers {
+
+RETORT_NAMED_ENUM(Checkpointing, none, full, selective)
+
+#define RETORT_MEMORY_KEYS(KEY)                                                                  \
+  KEY(Checkpointing, activation_checkpointing, "memory.activation_checkpointing",                \
+      Checkpointing::none, 0, 0,                                                                 \
+      "none | full (keep each block's input, recompute the block in backward) | selective "      \
+      "(recompute the attention core and the SwiGLU product)")                                   \
+  KEY(bool, activation_offloading, "memory.activation_offloading", false, 0, 0,                  \
+      "move what checkpointing keeps to the host store during forward, back one block ahead in " \
+      "backward (needs activation_checkpointing full or selective)")
+
+struct MemoryConfig {
+  RETORT_MEMORY_KEYS(RETORT_FIELD)
+};
+
+}  // namespace retort::layers
