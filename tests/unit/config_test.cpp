@@ -124,6 +124,19 @@ TEST(Config, CrossKeyChecks) {
   EXPECT_NE(e.find("model.layer_windows has 1 entries but model.layers=2"), std::string::npos) << e;
   e = error_of([&] { make_train_config(Config::load("", {}), 1); });
   EXPECT_NE(e.find("data.paths is empty"), std::string::npos) << e;
+  // The memory features refuse the combinations they cannot do exactly.
+  e = error_of([&] { make_train_config(with({"optimizer.in_backward=true"}), 1); });
+  EXPECT_NE(e.find("set optimizer.grad_clip: 0 (it is 1"), std::string::npos) << e;
+  e = error_of([&] { make_train_config(with({"memory.activation_offloading=true"}), 1); });
+  EXPECT_NE(e.find("set memory.activation_checkpointing to full or selective"), std::string::npos)
+      << e;
+  TrainConfig m = make_train_config(
+      with({"optimizer.in_backward=true", "optimizer.grad_clip=0",
+            "memory.activation_checkpointing=selective", "memory.activation_offloading=true"}),
+      1);
+  EXPECT_TRUE(m.optimizer.in_backward);
+  EXPECT_EQ(m.memory.activation_checkpointing, layers::Checkpointing::selective);
+  EXPECT_TRUE(m.memory.activation_offloading);
   TrainConfig t = make_train_config(with({"training.global_batch=16"}), 1);
   EXPECT_EQ(t.accumulation_steps(), 4);
   EXPECT_EQ(t.layout.data, 1);

@@ -1,6 +1,7 @@
 // tests/unit/trainer_test.cpp: end-to-end training on the shipped corpus: the loss falls
 // from about ln(256) far below it; 2N steps in one run equal N steps, save, resume, N steps
-// (identical losses and parameters, bitwise); and a run is reproducible from its seed.
+// (identical losses and parameters, bitwise), also with the optimizer step inside backward
+// and when switching it at resume; and a run is reproducible from its seed.
 #include "engine/train/trainer.h"
 
 #include <gtest/gtest.h>
@@ -36,8 +37,6 @@ std::string fresh_dir(const std::string& name) {
   return dir.string();
 }
 
-}  // namespace
-
 TEST(Trainer, LossFallsFarBelowUniform) {
   // A shorter version of configs/tiny.yaml: 60 steps of 16 x 128 tokens.
   Trainer trainer(tiny(fresh_dir("learn"), {"training.steps=60", "training.global_batch=16",
@@ -50,20 +49,28 @@ TEST(Trainer, LossFallsFarBelowUniform) {
   EXPECT_LT(trainer.evaluate(), 2.8);                  // and generalise to held-out text
 }
 
-TEST(Trainer, ResumeEqualsUninterruptedRun) {
+// 8 steps straight with `straight_keys` equal 4 steps with `first_keys`, save, and 4 resumed
+// steps with `resumed_keys`: losses, parameters and AdamW state bitwise.
+void expect_resume_equals_uninterrupted(const std::string& name,
+                                        const std::vector<std::string>& straight_keys,
+                                        const std::vector<std::string>& first_keys,
+                                        const std::vector<std::string>& resumed_keys) {
   const std::vector<std::string> shape = {"model.layers=2",           "model.hidden=64",
                                           "model.ffn_hidden=172",     "data.seq_len=32",
                                           "training.global_batch=8",  "training.micro_batch=4",
-                                          "optimizer.warmup_steps=2", "training.eval_every=0"};
-  auto with = [&](std::vector<std::string> extra) {
+                                          "optimizer.warmup_steps=2", "training.eval_every=0",
+                                          "training.steps=8"};
+  auto with = [&](const std::vector<std::string>& keys, std::vector<std::string> extra) {
+    extra.insert(extra.begin(), keys.begin(), keys.end());
     extra.insert(extra.begin(), shape.begin(), shape.end());
     return extra;
   };
-  const std::string straight_dir = fresh_dir("straight"), split_dir = fresh_dir("split");
-  Trainer straight(tiny(straight_dir, with({"training.steps=8"})), nullptr);
+  const std::string straight_dir = fresh_dir(name + "_straight"),
+                    split_dir = fresh_dir(name + "_split");
+  Trainer straight(tiny(straight_dir, with(straight_keys, {})), nullptr);
   std::vector<double> all_losses = losses_of(straight.run());
 
-  Trainer first(tiny(split_dir, with({"training.steps=8"})), nullptr);
+  Trainer first(tiny(split_dir, with(first_keys, {})), nullptr);
   // Stop after 4 of the 8 scheduled steps (same LR schedule), as an interrupted run would.
   std::vector<double> split_losses;
   for (int i = 0; i < 4; ++i) split_losses.push_back(first.train_step().loss);
@@ -71,8 +78,7 @@ TEST(Trainer, ResumeEqualsUninterruptedRun) {
   // Disturb the global torch generator: resume must restore it from the checkpoint.
   torch::rand({3});
 
-  Trainer resumed(tiny(split_dir, with({"training.steps=8", "checkpoint.load=" + split_dir})),
-                  nullptr);
+  Trainer resumed(tiny(split_dir, with(resumed_keys, {"checkpoint.load=" + split_dir})), nullptr);
   EXPECT_EQ(resumed.step(), 4);
   std::vector<double> rest = losses_of(resumed.run());
   split_losses.insert(split_losses.end(), rest.begin(), rest.end());
@@ -85,11 +91,30 @@ TEST(Trainer, ResumeEqualsUninterruptedRun) {
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) {
     EXPECT_TRUE(torch::equal(a[i].value, b[i].value)) << a[i].spec.name;
+    EXPECT_TRUE(torch::equal(straight.optimizer().states()[i].exp_avg,
+                             resumed.optimizer().states()[i].exp_avg))
+        << a[i].spec.name;
     EXPECT_TRUE(torch::equal(straight.optimizer().states()[i].exp_avg_sq,
                              resumed.optimizer().states()[i].exp_avg_sq))
         << a[i].spec.name;
   }
   EXPECT_EQ(straight.optimizer().steps(), resumed.optimizer().steps());
+}
+
+}  // namespace
+
+TEST(Trainer, ResumeEqualsUninterruptedRun) {
+  expect_resume_equals_uninterrupted("plain", {}, {}, {});
+}
+
+// The optimizer step inside backward (2 micro-batches accumulated per step) stores the same
+// optimizer state, so it resumes exactly, and can be switched on or off at resume.
+TEST(Trainer, ResumeWithOptimizerInBackward) {
+  const std::vector<std::string> off = {"optimizer.grad_clip=0"};
+  const std::vector<std::string> on = {"optimizer.grad_clip=0", "optimizer.in_backward=true"};
+  expect_resume_equals_uninterrupted("in_backward", on, on, on);
+  expect_resume_equals_uninterrupted("switched_on", off, off, on);
+  expect_resume_equals_uninterrupted("switched_off", off, on, off);
 }
 
 TEST(Trainer, SameSeedSameRunDifferentSeedDifferentRun) {
