@@ -15,7 +15,10 @@ RETORT_NAMED_ENUM(Checkpointing, none, full, selective)
       "(recompute the attention core and the SwiGLU product)")                                   \
   KEY(bool, activation_offloading, "memory.activation_offloading", false, 0, 0,                  \
       "move what checkpointing keeps to the host store during forward, back one block ahead in " \
-      "backward (needs activation_checkpointing full or selective)")
+      "backward (needs activation_checkpointing full or selective)")                            \
+  KEY(int64_t, head_chunk_tokens, "memory.head_chunk_tokens", 256, 0, 1e9,                      \
+      "tokens per chunk of the fused LM head + cross-entropy (no [tokens, vocab] logits); "     \
+      "0 = unfused")
 
 struct MemoryConfig {
   RETORT_MEMORY_KEYS(RETORT_FIELD)

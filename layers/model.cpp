@@ -68,8 +68,13 @@ torch::Tensor LlamaModel::head_logits(const torch::Tensor& hidden) const {
 
 torch::Tensor LlamaModel::head_loss_sum(const torch::Tensor& hidden,
                                         const torch::Tensor& targets) const {
-  return vocab_parallel_cross_entropy(unmasked_logits(hidden), targets, config_.vocab_size, tp_)
-      .sum();
+  if (head_chunk_tokens_ <= 0)
+    return vocab_parallel_cross_entropy(unmasked_logits(hidden), targets, config_.vocab_size, tp_)
+        .sum();
+  TORCH_CHECK(stage_.head, "the LM head runs on the last pipeline stage only");
+  torch::Tensor x = tp_.enter_column(rms_norm(hidden, final_norm_, config_.norm_eps));
+  return fused_head_cross_entropy_sum(x, lm_head_, targets, config_.vocab_size, tp_,
+                                      head_chunk_tokens_);
 }
 
 torch::Tensor LlamaModel::forward(const torch::Tensor& tokens, CaptureSink* sink) const {

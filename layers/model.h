@@ -55,6 +55,9 @@ class LlamaModel {
   const ModelStage& stage() const { return stage_; }
   // What the blocks keep for backward (activation checkpointing and offloading).
   void set_recompute(const RecomputePolicy& policy) { recompute_ = policy; }
+  // Tokens per chunk of the fused LM head + cross-entropy of head_loss_sum; 0 = unfused
+  // (full logits, then the vocabulary-parallel cross-entropy).
+  void set_head_chunk_tokens(int64_t tokens) { head_chunk_tokens_ = tokens; }
 
  private:
   torch::Tensor unmasked_logits(const torch::Tensor& hidden) const;
@@ -63,6 +66,7 @@ class LlamaModel {
   TensorParallel tp_;
   ModelStage stage_;
   RecomputePolicy recompute_;
+  int64_t head_chunk_tokens_ = 256;
   torch::Tensor embed_, final_norm_, lm_head_;
   std::vector<Block> blocks_;
 };

@@ -64,7 +64,91 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
   }
 };
 
+// The fused head: the loss, and when asked the gradients for a unit upstream gradient.
+struct FusedHeadResult {
+  torch::Tensor loss_sum, grad_x, grad_weight;
+};
+
+FusedHeadResult fused_head_forward(const torch::Tensor& x2d, const torch::Tensor& weight,
+                                   const torch::Tensor& t, int64_t vocab_start,
+                                   int64_t vocab_size, parallel::Communicator* group,
+                                   int64_t chunk, bool want_x, bool want_weight) {
+  const int64_t n = x2d.size(0), local = weight.size(0);
+  torch::Tensor ids = torch::arange(vocab_start, vocab_start + local, t.options());
+  torch::Tensor padded = ids >= vocab_size;
+  const bool any_padded = vocab_start + local > vocab_size;
+  FusedHeadResult r;
+  r.loss_sum = torch::zeros({}, x2d.options());
+  if (want_x) r.grad_x = torch::empty_like(x2d);
+  if (want_weight) r.grad_weight = torch::zeros_like(weight);
+  for (int64_t start = 0; start < n; start += chunk) {
+    const int64_t len = std::min(chunk, n - start);
+    torch::Tensor xc = x2d.narrow(0, start, len), tc = t.narrow(0, start, len);
+    torch::Tensor z = torch::matmul(xc, weight.t());  // [len, local], reused in place below
+    if (any_padded) z.masked_fill_(padded, -std::numeric_limits<double>::infinity());
+    torch::Tensor max = std::get<0>(z.max(-1)).contiguous();
+    all_reduce(max, group, parallel::ReduceOp::Max);
+    z.sub_(max.unsqueeze(-1));
+    torch::Tensor in_range = (tc >= vocab_start) & (tc < vocab_start + local);
+    torch::Tensor local_index = torch::where(in_range, tc - vocab_start, torch::zeros_like(tc));
+    // where(), not a product with the mask: a rank holding only padding has -inf logits.
+    torch::Tensor target_logit =
+        torch::where(in_range, z.gather(1, local_index.unsqueeze(1)).squeeze(1),
+                     torch::zeros({}, z.options()))
+            .contiguous();
+    all_reduce(target_logit, group, parallel::ReduceOp::Sum);
+    z.exp_();
+    torch::Tensor sum_exp = z.sum(-1).contiguous();
+    all_reduce(sum_exp, group, parallel::ReduceOp::Sum);
+    torch::Tensor keep = tc.ne(kIgnore).to(z.dtype());
+    r.loss_sum += ((sum_exp.log() - target_logit) * keep).sum();
+    if (!want_x && !want_weight) continue;
+    // d(loss)/d(logits) = (softmax - onehot(target)) for counted tokens.
+    z.div_(sum_exp.unsqueeze(-1)).mul_(keep.unsqueeze(-1));
+    z.scatter_add_(1, local_index.unsqueeze(1),
+                   (-keep * (in_range & tc.ne(kIgnore)).to(z.dtype())).unsqueeze(1));
+    if (want_x) r.grad_x.narrow(0, start, len).copy_(torch::matmul(z, weight));
+    if (want_weight) r.grad_weight.addmm_(z.t(), xc);
+  }
+  return r;
+}
+
+struct FusedHeadCrossEntropy : torch::autograd::Function<FusedHeadCrossEntropy> {
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x2d, torch::Tensor weight,
+                               torch::Tensor targets, int64_t vocab_start, int64_t vocab_size,
+                               parallel::Communicator* group, int64_t chunk) {
+    FusedHeadResult r =
+        fused_head_forward(x2d, weight, targets, vocab_start, vocab_size, group, chunk,
+                           x2d.requires_grad(), weight.requires_grad());
+    ctx->save_for_backward({r.grad_x, r.grad_weight});
+    return r.loss_sum;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    auto saved = ctx->get_saved_variables();
+    const torch::Tensor& g = grad_outputs[0];
+    torch::Tensor grad_x = saved[0].defined() ? saved[0] * g : torch::Tensor();
+    torch::Tensor grad_weight = saved[1].defined() ? saved[1] * g : torch::Tensor();
+    return {grad_x,         grad_weight,    torch::Tensor(), torch::Tensor(),
+            torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
 }  // namespace
+
+torch::Tensor fused_head_cross_entropy_sum(const torch::Tensor& x, const torch::Tensor& weight,
+                                           const torch::Tensor& targets, int64_t vocab_size,
+                                           const TensorParallel& tp, int64_t chunk_tokens) {
+  TORCH_CHECK(chunk_tokens > 0, "fused head: chunk_tokens must be positive");
+  const int64_t start = tp.rank() * weight.size(0);
+  torch::Tensor x2d = x.reshape({-1, x.size(-1)});
+  torch::Tensor t = targets.reshape({-1});
+  if (!torch::GradMode::is_enabled())
+    return fused_head_forward(x2d, weight, t, start, vocab_size, tp.group, chunk_tokens, false,
+                              false)
+        .loss_sum;
+  return FusedHeadCrossEntropy::apply(x2d, weight, t, start, vocab_size, tp.group, chunk_tokens);
+}
 
 torch::Tensor vocab_parallel_embedding(const torch::Tensor& tokens, const torch::Tensor& weight,
                                        const TensorParallel& tp) {

@@ -20,6 +20,18 @@ torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits,
                                            const torch::Tensor& targets, int64_t vocab_size,
                                            const TensorParallel& tp);
 
+// The LM head and the cross-entropy fused, chunk by chunk of tokens, so [tokens, vocab] logits
+// never exist beyond one chunk: the sum over target tokens of the cross-entropy of
+// logits = x @ weight^T. x [..., h] (the full sequence, after enter_column), weight
+// [local_vocab, h], targets [...]. When autograd will need them (grad mode on and the input
+// requires grad), the forward also computes d(sum)/dx and d(sum)/dweight chunk by chunk
+// (the softmax minus one-hot times the chunk's input), which backward scales by the incoming
+// gradient: no logits are saved and none recomputed. Returns a scalar, the same on every
+// TP rank; d/dx is this rank's partial (summed by enter_column's backward).
+torch::Tensor fused_head_cross_entropy_sum(const torch::Tensor& x, const torch::Tensor& weight,
+                                           const torch::Tensor& targets, int64_t vocab_size,
+                                           const TensorParallel& tp, int64_t chunk_tokens);
+
 // Sets the logits of padded vocabulary rows to -inf (for consumers of raw logits).
 torch::Tensor mask_padded_logits(const torch::Tensor& logits, int64_t vocab_size,
                                  const TensorParallel& tp);

@@ -50,6 +50,10 @@ GradientSync::GradientSync(layers::ParameterStore& store, parallel::Mesh& mesh,
   Bucket current, tied;
   tied.deferred = true;
   int64_t bytes = 0;
+  // Stepping inside backward without DP: nothing to batch, so every parameter is its own
+  // bucket and steps (and frees its gradient) the moment it is final.
+  const int64_t bucket_bytes =
+      options_.complete_in_backward && mesh_.dp().size() == 1 ? 0 : options_.bucket_bytes;
   for (size_t k = store.all().size(); k-- > 0;) {
     const layers::Parameter& p = store.all()[k];
     if (p.spec.frozen()) continue;
@@ -59,7 +63,7 @@ GradientSync::GradientSync(layers::ParameterStore& store, parallel::Mesh& mesh,
     }
     current.params.push_back(k);
     bytes += p.value.numel() * p.value.element_size();
-    if (bytes >= options_.bucket_bytes) {
+    if (bytes >= bucket_bytes) {
       buckets_.push_back(std::move(current));
       current = Bucket();
       bytes = 0;

@@ -73,6 +73,7 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
   if (memory_config.activation_offloading)
     offloader_ = std::make_unique<layers::ActivationOffloader>();
   model_->set_recompute({memory_config.activation_checkpointing, offloader_.get()});
+  model_->set_head_chunk_tokens(memory_config.head_chunk_tokens);
   // Gradients are allocated inside backward as temporaries; once accumulated they count as
   // gradients (hooked before the gradient sync, which may free them).
   gradient_accounting_ = std::make_unique<GradReadyHooks>(*store_, [this, &memory](size_t k) {

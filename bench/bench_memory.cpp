@@ -1,0 +1,191 @@
+// bench/bench_memory.cpp: what each memory feature costs and saves, in one invocation: peak
+// bytes by category (parameters, gradients, optimizer state, student activations, teacher
+// weights, teacher activations, the rest; the offloaded host store apart) and tokens/s of
+// full training steps, for
+//   (1) a 39.6M-parameter Llama (hidden 512, 8 layers, 8 heads, 4 kv heads, ffn 1376, vocab
+//       32000 tied), and
+//   (2) the distillation setup of bench_distill: that model as teacher, its width with half
+//       its depth as student (28.1M), forward KL on the logits and mse on each student
+//       layer's mixer output, next to the same student trained on the LM loss alone;
+// under baseline, full checkpointing, selective checkpointing, offloading (with full
+// checkpointing: what it moves is what checkpointing keeps), the optimizer step inside
+// backward, and all of them (full + offloading + in backward). Micro-batch 4 x 256 tokens,
+// one micro-batch per step, optimizer.grad_clip 0 everywhere (in_backward cannot clip).
+// Then the targets, each with the measured figure.
+// Usage: bench_memory [steps=2] [threads=cores]
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <thread>
+
+#include "bench_setup.h"
+#include "engine/observe/memory_tracker.h"
+#include "engine/train/trainer.h"
+
+using namespace retort;
+
+namespace {
+
+struct Measured {
+  double tokens_per_s = 0;
+  engine::MemorySplit peak;
+  int64_t host_peak = 0;
+  int64_t trainable_bytes = 0;
+};
+
+struct Variant {
+  const char* name;
+  std::vector<std::string> keys;
+};
+
+const std::vector<Variant> kVariants = {
+    {"baseline", {}},
+    {"full checkpointing", {"memory.activation_checkpointing=full"}},
+    {"selective", {"memory.activation_checkpointing=selective"}},
+    {"offloading (+full)",
+     {"memory.activation_checkpointing=full", "memory.activation_offloading=true"}},
+    {"optimizer in backward", {"optimizer.in_backward=true"}},
+    {"all together",
+     {"memory.activation_checkpointing=full", "memory.activation_offloading=true",
+      "optimizer.in_backward=true"}},
+};
+
+std::vector<std::string> shape(const std::string& prefix, int64_t layers) {
+  return {prefix + ".hidden=512", prefix + ".layers=" + std::to_string(layers),
+          prefix + ".heads=8", prefix + ".kv_heads=4", prefix + ".ffn_hidden=1376"};
+}
+
+Measured measure_run(const std::vector<std::string>& assignments, int steps) {
+  engine::MemoryTracker& memory = engine::MemoryTracker::install();
+  const engine::TrainConfig config = bench::bench_config(assignments);
+  engine::Trainer trainer(config, nullptr);
+  Measured m;
+  for (const auto& p : trainer.parameters().all())
+    if (!p.spec.frozen()) m.trainable_bytes += p.value.numel() * p.value.element_size();
+  trainer.train_step();  // warm-up: lazily built state and tables
+  memory.reset_peak();
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < steps; ++i) trainer.train_step();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  m.tokens_per_s = double(steps * config.training.global_batch * config.data.seq_len) / s;
+  m.peak = memory.peak_split();
+  m.host_peak = memory.peak_offloaded_bytes();
+  return m;
+}
+
+double mb(int64_t bytes) {
+  return double(bytes) / 1e6;
+}
+
+void print_row(const char* setup, const char* variant, const Measured& m, const Measured& base) {
+  using C = MemoryCategory;
+  const engine::MemorySplit& p = m.peak;
+  std::printf(
+      "| %-8s | %-21s | %8.0f | %5.2f | %7.1f | %6.1f | %6.1f | %6.1f | %7.1f | %7.1f | %7.1f | "
+      "%6.1f | %6.1f |\n",
+      setup, variant, m.tokens_per_s, m.tokens_per_s / base.tokens_per_s, mb(p.device()),
+      mb(p.of(C::parameters)), mb(p.of(C::gradients)), mb(p.of(C::optimizer_state)),
+      mb(p.of(C::activations)), mb(p.of(C::teacher_weights)), mb(p.of(C::teacher_activations)),
+      mb(p.of(C::other)), mb(m.host_peak));
+}
+
+const char* verdict(bool ok) {
+  return ok ? "met" : "NOT met";
+}
+
+}  // namespace
+
+int measure(int argc, char** argv) {
+  const int steps = argc > 1 ? std::atoi(argv[1]) : 2;
+  const int threads = argc > 2 ? std::atoi(argv[2]) : int(std::thread::hardware_concurrency());
+  torch::set_num_threads(threads);
+  const std::string dir = (std::filesystem::temp_directory_path() / "retort_bench_memory").string();
+  std::vector<std::string> common = bench::measured_run_keys(dir, steps);
+  common.push_back("optimizer.grad_clip=0");
+
+  // (1) The 39.6M model, LM loss.
+  std::vector<std::string> lm = common;
+  for (const std::string& key : shape("model", 8)) lm.push_back(key);
+  std::map<std::string, Measured> lm_runs;
+  for (const Variant& v : kVariants) {
+    std::vector<std::string> keys = lm;
+    keys.insert(keys.end(), v.keys.begin(), v.keys.end());
+    lm_runs[v.name] = measure_run(keys, steps);
+  }
+
+  // (2) Distillation: student 512 x 4 layers from the 8-layer teacher; and its LM-only run.
+  std::vector<std::string> student = common;
+  for (const std::string& key : shape("model", 4)) student.push_back(key);
+  const Measured student_lm_only = measure_run(student, steps);
+  std::vector<std::string> distill = student;
+  for (const std::string& key : shape("teacher", 8)) distill.push_back(key);
+  for (const char* key :
+       {"teacher.seed=2", "distill.logit_weight=1", "distill.activation_weight=1",
+        "distill.activation_pairs=[layers.0.mixer_output=layers.1.mixer_output,"
+        "layers.1.mixer_output=layers.3.mixer_output,layers.2.mixer_output=layers.5.mixer_output,"
+        "layers.3.mixer_output=layers.7.mixer_output]"})
+    distill.push_back(key);
+  std::map<std::string, Measured> distill_runs;
+  for (const Variant& v : kVariants) {
+    std::vector<std::string> keys = distill;
+    keys.insert(keys.end(), v.keys.begin(), v.keys.end());
+    distill_runs[v.name] = measure_run(keys, steps);
+  }
+
+  std::printf("batch 4 x 256 tokens, vocab 32000, %d thread(s), %d measured step(s) per row; "
+              "peak = device peak of the measured steps, split at that moment (MB)\n",
+              threads, steps);
+  std::printf(
+      "| setup    | run                   | tokens/s | x base | peak MB | params | grads  | "
+      "optim  | activ.  | teacher | teacher | rest   | host   |\n");
+  std::printf(
+      "|          |                       |          |       |         |        |        |  "
+      "      |         | weights | activ.  |        | store  |\n");
+  std::printf(
+      "|----------|-----------------------|----------|-------|---------|--------|--------|-----"
+      "---|---------|---------|---------|--------|--------|\n");
+  for (const Variant& v : kVariants)
+    print_row("LM 39.6M", v.name, lm_runs[v.name], lm_runs["baseline"]);
+  print_row("student", "LM only, no teacher", student_lm_only, student_lm_only);
+  for (const Variant& v : kVariants)
+    print_row("distill", v.name, distill_runs[v.name], student_lm_only);
+
+  // The targets.
+  using C = MemoryCategory;
+  const Measured& base = lm_runs["baseline"];
+  const double grad_mb = mb(base.trainable_bytes);
+  auto lowered = [&](const Measured& from, const Measured& to) {
+    return mb(from.peak.device()) - mb(to.peak.device());
+  };
+  std::printf("\ntargets (LM 39.6M; trainable gradient bytes %.1f MB):\n", grad_mb);
+  for (auto [from, to] : {std::pair<const char*, const char*>{"baseline", "optimizer in backward"},
+                          {"offloading (+full)", "all together"}}) {
+    const double saved = lowered(lm_runs[from], lm_runs[to]);
+    std::printf("  optimizer in backward lowers the peak (%s -> %s) by %.1f MB = %.0f%% of the "
+                "gradient bytes (target >= 80%%): %s\n",
+                from, to, saved, 100 * saved / grad_mb, verdict(saved >= 0.8 * grad_mb));
+  }
+  const Measured& offload = lm_runs["offloading (+full)"];
+  const double activation_cut =
+      1 - double(offload.peak.of(C::activations)) / double(base.peak.of(C::activations));
+  const double cost = 1 - offload.tokens_per_s / base.tokens_per_s;
+  std::printf("  full checkpointing + offloading: saved activations at the peak %.1f -> %.1f MB "
+              "(-%.0f%%, target >= 75%%): %s; throughput cost %.0f%% (target <= 35%%): %s\n",
+              mb(base.peak.of(C::activations)), mb(offload.peak.of(C::activations)),
+              100 * activation_cut, verdict(activation_cut >= 0.75), 100 * cost,
+              verdict(cost <= 0.35));
+  const Measured& distill_all = distill_runs["all together"];
+  std::printf("  distillation with everything on peaks at %.1f MB, the student's LM-only baseline "
+              "at %.1f MB (target: below): %s\n",
+              mb(distill_all.peak.device()), mb(student_lm_only.peak.device()),
+              verdict(distill_all.peak.device() < student_lm_only.peak.device()));
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  return bench::main_reporting_errors(measure, argc, argv);
+}

@@ -1,0 +1,95 @@
+// tests/unit/memory_accounting_test.cpp: the tracking allocator files every byte under what it
+// is for. Building a distillation trainer adds exactly its parameter bytes (student and
+// projections) under parameters, the teacher's under teacher_weights and AdamW's state under
+// optimizer_state; a step's peak holds student activations, teacher activations and
+// gradients no larger than the trainable parameters; offloading moves bytes into the host
+// store only when switched on and, with full checkpointing, lowers the activation peak, which
+// moves late into backward where gradients pile up; the optimizer step inside backward then
+// lowers the gradient bytes at the peak.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "engine/config/config.h"
+#include "engine/observe/memory_tracker.h"
+#include "engine/train/trainer.h"
+
+using namespace retort;
+using namespace retort::engine;
+
+namespace {
+
+TrainConfig distill_config(std::vector<std::string> overrides) {
+  std::vector<std::string> all = {"data.paths=[" RETORT_TEST_CORPUS "]", "training.steps=2",
+                                  "training.eval_every=0", "checkpoint.save_at_end=false",
+                                  "optimizer.grad_clip=0", "training.micro_batch=8"};
+  all.insert(all.end(), overrides.begin(), overrides.end());
+  return make_train_config(Config::load(RETORT_TEST_CONFIGS "/consistency_distill.yaml", all), 1);
+}
+
+int64_t bytes_of(const layers::ParameterStore& store, bool trainable_only) {
+  int64_t bytes = 0;
+  for (const auto& p : store.all())
+    if (!trainable_only || !p.spec.frozen()) bytes += p.value.numel() * p.value.element_size();
+  return bytes;
+}
+
+// The split at the peak of the second step (the first allocates lazily created state).
+MemorySplit second_step_peak(const std::vector<std::string>& overrides, int64_t* offloaded = nullptr) {
+  MemoryTracker& tracker = MemoryTracker::install();
+  Trainer trainer(distill_config(overrides), nullptr);
+  trainer.train_step();
+  tracker.reset_peak();
+  trainer.train_step();
+  if (offloaded) *offloaded = tracker.peak_offloaded_bytes();
+  return tracker.peak_split();
+}
+
+}  // namespace
+
+TEST(MemoryAccounting, ConstructionFilesParametersTeacherAndOptimizerState) {
+  MemoryTracker& tracker = MemoryTracker::install();
+  const MemorySplit before = tracker.current_split();
+  Trainer trainer(distill_config({}), nullptr);
+  const MemorySplit after = tracker.current_split();
+  auto added = [&](MemoryCategory c) { return after.of(c) - before.of(c); };
+  EXPECT_EQ(added(MemoryCategory::parameters), bytes_of(trainer.parameters(), false));
+  EXPECT_EQ(added(MemoryCategory::teacher_weights), trainer.teacher()->weight_bytes());
+  EXPECT_EQ(added(MemoryCategory::optimizer_state), trainer.optimizer().state_bytes());
+  EXPECT_GT(trainer.teacher()->weight_bytes(), bytes_of(trainer.parameters(), false));
+}
+
+TEST(MemoryAccounting, PeakSplitAndWhatEachFeatureLowers) {
+  int64_t offloaded = 0;
+  Trainer reference(distill_config({}), nullptr);
+  const int64_t trainable = bytes_of(reference.parameters(), true);
+
+  const MemorySplit plain = second_step_peak({}, &offloaded);
+  EXPECT_EQ(offloaded, 0);
+  EXPECT_GT(plain.of(MemoryCategory::activations), 0);
+  EXPECT_GT(plain.of(MemoryCategory::teacher_activations), 0);
+  EXPECT_LE(plain.of(MemoryCategory::gradients), trainable);
+
+  const MemorySplit full_offload = second_step_peak(
+      {"memory.activation_checkpointing=full", "memory.activation_offloading=true"}, &offloaded);
+  EXPECT_GT(offloaded, 0);
+  EXPECT_LT(full_offload.of(MemoryCategory::activations), plain.of(MemoryCategory::activations));
+  EXPECT_LT(full_offload.device(), plain.device());
+
+  // With activations out of the way the peak moves late into backward, where gradients
+  // pile up unless each is stepped and freed as soon as it is final.
+  EXPECT_GT(full_offload.of(MemoryCategory::gradients), trainable / 2);
+  const MemorySplit in_backward =
+      second_step_peak({"memory.activation_checkpointing=full", "memory.activation_offloading=true",
+                        "optimizer.in_backward=true"});
+  EXPECT_LT(in_backward.of(MemoryCategory::gradients),
+            full_offload.of(MemoryCategory::gradients) / 2);
+  EXPECT_LT(in_backward.device(), full_offload.device());
+  std::printf("peak bytes  plain: activations %lld gradients %lld total %lld\n"
+              "            full+offload: activations %lld gradients %lld total %lld (host %lld)\n"
+              "            + in_backward: gradients %lld total %lld\n",
+              (long long)plain.of(MemoryCategory::activations),
+              (long long)plain.of(MemoryCategory::gradients), (long long)plain.device(),
+              (long long)full_offload.of(MemoryCategory::activations),
+              (long long)full_offload.of(MemoryCategory::gradients), (long long)full_offload.device(), (long long)offloaded,
+              (long long)in_backward.of(MemoryCategory::gradients), (long long)in_backward.device());
+}
