@@ -103,33 +103,63 @@ torch::Tensor Distiller::loss(const torch::Tensor& student_logits,
          activation_loss(targets, student_sink, teacher_sink, target_count, terms);
 }
 
+torch::Tensor Distiller::weighted_output(torch::Tensor kd_sum, torch::Tensor ce_sum,
+                                         double target_count, LossTerms* terms) const {
+  torch::Tensor total;
+  if (kd_sum.defined()) {
+    torch::Tensor kd = kd_sum / target_count;
+    terms->logits += kd.item<double>();
+    if (fault_injected(Fault::LogitTermOneTpRank) && tp_.rank() != 0) kd = kd * 0;
+    total = config_.logit_weight * kd;
+  }
+  if (ce_sum.defined()) {
+    torch::Tensor lm = ce_sum / target_count;
+    terms->lm += lm.item<double>();
+    total = total.defined() ? total + config_.lm_weight * lm : config_.lm_weight * lm;
+  }
+  return total;
+}
+
 torch::Tensor Distiller::output_loss(const torch::Tensor& student_logits,
                                      const torch::Tensor& teacher_logits,
                                      const torch::Tensor& targets, double target_count,
                                      int64_t vocab_size, LossTerms* terms) const {
   torch::Tensor weight = targets.ne(kIgnore);
-  torch::Tensor total = torch::zeros({}, student_logits.options());
+  torch::Tensor kd_sum, ce_sum;
   if (config_.logit_weight > 0) {  // with the LM loss fused in when both are on
-    auto [kd_sum, ce_sum] = logit_distillation_and_lm_sums(
+    std::tie(kd_sum, ce_sum) = logit_distillation_and_lm_sums(
         student_logits, teacher_logits, weight, config_.lm_weight > 0 ? targets : torch::Tensor(),
         vocab_size, config_.logits, tp_);
-    torch::Tensor kd = kd_sum / target_count;
-    terms->logits += kd.item<double>();
-    if (fault_injected(Fault::LogitTermOneTpRank) && tp_.rank() != 0) kd = kd * 0;
-    total = total + config_.logit_weight * kd;
-    if (config_.lm_weight > 0) {
-      torch::Tensor lm = ce_sum / target_count;
-      terms->lm += lm.item<double>();
-      total = total + config_.lm_weight * lm;
-    }
   } else if (config_.lm_weight > 0) {
-    torch::Tensor lm =
-        layers::vocab_parallel_cross_entropy(student_logits, targets, vocab_size, tp_).sum() /
-        target_count;
-    terms->lm += lm.item<double>();
-    total = total + config_.lm_weight * lm;
+    ce_sum = layers::vocab_parallel_cross_entropy(student_logits, targets, vocab_size, tp_).sum();
   }
-  return total;
+  if (config_.lm_weight <= 0) ce_sum = torch::Tensor();
+  torch::Tensor total = weighted_output(kd_sum, ce_sum, target_count, terms);
+  return total.defined() ? total : torch::zeros({}, student_logits.options());
+}
+
+torch::Tensor Distiller::output_loss_from_heads(const HeadInput& student,
+                                                const HeadInput& teacher,
+                                                const torch::Tensor& targets,
+                                                double target_count, int64_t vocab_size,
+                                                int64_t lm_chunk_tokens, LossTerms* terms) const {
+  torch::Tensor weight = targets.ne(kIgnore);
+  torch::Tensor kd_sum, ce_sum;
+  if (config_.logit_weight > 0) {
+    std::tie(kd_sum, ce_sum) = logit_distillation_and_lm_sums_from_heads(
+        student, teacher, weight, config_.lm_weight > 0 ? targets : torch::Tensor(), vocab_size,
+        config_.logits, tp_);
+  } else if (config_.lm_weight > 0 && lm_chunk_tokens > 0) {
+    ce_sum = layers::fused_head_cross_entropy_sum(student.input, student.weight, targets,
+                                                  vocab_size, tp_, lm_chunk_tokens);
+  } else if (config_.lm_weight > 0) {  // the unfused head asked for
+    ce_sum = layers::vocab_parallel_cross_entropy(torch::matmul(student.input, student.weight.t()),
+                                                  targets, vocab_size, tp_)
+                 .sum();
+  }
+  if (config_.lm_weight <= 0) ce_sum = torch::Tensor();
+  torch::Tensor total = weighted_output(kd_sum, ce_sum, target_count, terms);
+  return total.defined() ? total : torch::zeros({}, student.input.options());
 }
 
 torch::Tensor Distiller::activation_loss(const torch::Tensor& targets,

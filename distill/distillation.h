@@ -53,6 +53,13 @@ class Distiller {
   torch::Tensor output_loss(const torch::Tensor& student_logits,
                             const torch::Tensor& teacher_logits, const torch::Tensor& targets,
                             double target_count, int64_t vocab_size, LossTerms* terms) const;
+  // The same from the heads' inputs, the heads fused into the losses so no [tokens, vocab]
+  // tensor is kept for backward (activation checkpointing); `teacher` is unused without a
+  // logit loss.
+  torch::Tensor output_loss_from_heads(const HeadInput& student, const HeadInput& teacher,
+                                       const torch::Tensor& targets, double target_count,
+                                       int64_t vocab_size, int64_t lm_chunk_tokens,
+                                       LossTerms* terms) const;
   // The weighted activation losses of this stage's pairs (zero without any).
   torch::Tensor activation_loss(const torch::Tensor& targets, layers::CaptureSink& student_sink,
                                 layers::CaptureSink& teacher_sink, double target_count,
@@ -60,6 +67,10 @@ class Distiller {
 
  private:
   bool local(size_t pair) const { return local_[pair]; }
+  // The weighted total of the logit loss sum and the LM cross-entropy sum (either undefined
+  // when its weight is 0), each divided by target_count; terms receives the parts.
+  torch::Tensor weighted_output(torch::Tensor kd_sum, torch::Tensor ce_sum, double target_count,
+                                LossTerms* terms) const;
 
   DistillConfig config_;
   Teacher& teacher_;

@@ -76,6 +76,187 @@ torch::Tensor top_k_threshold(const torch::Tensor& tt, int64_t k, int64_t padded
   return std::get<0>(local.topk(k, 1)).select(1, k - 1).contiguous();
 }
 
+// What both forms of the logit loss share: its settings, and per token the statistics the
+// forward computes and the backward reuses.
+struct LossSetup {
+  int64_t n = 0, local = 0, real = 0, vocab_start = 0;
+  LogitLoss kind = LogitLoss::forward_kl;
+  double temperature = 1, scale = 1;
+  int64_t chunk = 1, top_k = 0;
+  bool with_ce = false;
+  parallel::Communicator* group = nullptr;
+  // The same on every rank: the dense form needs a full teacher and p log p terms that vanish.
+  bool dense() const { return top_k == 0 && kind != LogitLoss::reverse_kl; }
+};
+
+struct TokenStats {
+  torch::Tensor lse_s, lse_t, lse_1, per_token, threshold, target_logit, local_index, hit;
+};
+
+TokenStats empty_stats(const LossSetup& L, const torch::Tensor& targets,
+                       torch::TensorOptions options) {
+  TokenStats st;
+  st.threshold = torch::empty({L.top_k > 0 ? L.n : 0}, options);
+  st.lse_s = torch::empty({L.n}, options);
+  st.lse_t = torch::empty({L.n}, options);
+  st.lse_1 = st.lse_s;  // log-sum-exp at T = 1, for the cross-entropy
+  if (L.with_ce && L.temperature != 1.0) st.lse_1 = torch::empty({L.n}, options);
+  st.per_token = torch::empty({L.n}, options);
+  st.target_logit = torch::zeros({L.with_ce ? L.n : 0}, options);
+  st.local_index = torch::zeros({0}, torch::kLong);
+  st.hit = torch::zeros({0}, torch::kBool);
+  if (L.with_ce) {  // real targets only ever hit real columns
+    st.hit = (targets >= L.vocab_start) & (targets < L.vocab_start + L.real);
+    st.local_index = torch::where(st.hit, targets - L.vocab_start, torch::zeros_like(targets));
+  }
+  return st;
+}
+
+// The forward of tokens [start, start + len): sr, tr are their real student and teacher
+// logit columns [len, real].
+void forward_chunk(const LossSetup& L, TokenStats& st, const torch::Tensor& sr,
+                   const torch::Tensor& tr, int64_t start, int64_t len) {
+  torch::Tensor ss = scaled(sr, L.temperature), tt = scaled(tr, L.temperature);
+  if (L.top_k > 0) {
+    torch::Tensor th = st.threshold.narrow(0, start, len);
+    th.copy_(top_k_threshold(tt, L.top_k, L.local, L.group));
+    tt = tt.masked_fill(tt < th.unsqueeze(-1), -kInfinity);
+  }
+  st.lse_s.narrow(0, start, len).copy_(split_logsumexp(ss, L.group));
+  st.lse_t.narrow(0, start, len).copy_(split_logsumexp(tt, L.group));
+  if (L.with_ce) {
+    if (L.temperature != 1.0)
+      st.lse_1.narrow(0, start, len).copy_(split_logsumexp(sr, L.group));
+    if (L.real > 0) {
+      torch::Tensor hit = st.hit.narrow(0, start, len);
+      torch::Tensor index = st.local_index.narrow(0, start, len);
+      st.target_logit.narrow(0, start, len)
+          .copy_(torch::where(hit, sr.gather(1, index.unsqueeze(1)).squeeze(1),
+                              torch::zeros({}, sr.options())));
+    }
+  }
+  if (L.dense()) {  // fewer passes: the log-sum-exps are added once after the reduction
+    torch::Tensor p = (tt - st.lse_t.narrow(0, start, len).unsqueeze(-1)).exp_();
+    st.per_token.narrow(0, start, len)
+        .copy_(L.kind == LogitLoss::forward_kl ? (p * (tt - ss)).sum(-1) : -(p * ss).sum(-1));
+    return;
+  }
+  torch::Tensor log_q = ss - st.lse_s.narrow(0, start, len).unsqueeze(-1);
+  torch::Tensor log_p = tt - st.lse_t.narrow(0, start, len).unsqueeze(-1);
+  st.per_token.narrow(0, start, len).copy_(partial_loss(L.kind, log_q, log_p, L.top_k > 0));
+}
+
+// After every chunk's forward: the TP sums and the two weighted totals [kd, ce].
+torch::Tensor finish_forward(const LossSetup& L, TokenStats& st, const torch::Tensor& w) {
+  tp_reduce(st.per_token, L.group, parallel::ReduceOp::Sum);
+  // Dense forms: sum p (log p - log q) = sum p (t - s) + lse_s - lse_t and
+  // -sum p log q = -sum p s + lse_s, because p sums to one over the whole vocabulary.
+  if (L.dense()) st.per_token += L.kind == LogitLoss::forward_kl ? st.lse_s - st.lse_t : st.lse_s;
+  torch::Tensor ce_sum = torch::zeros({}, w.options());
+  if (L.with_ce) {
+    tp_reduce(st.target_logit, L.group, parallel::ReduceOp::Sum);
+    ce_sum = ((st.lse_1 - st.target_logit) * w).sum();
+  }
+  return torch::stack({(st.per_token * w).sum() * L.scale, ce_sum});
+}
+
+// d(loss)/d(real student logits) of tokens [start, start + len) into out [len, real]:
+// (...) / T per token for the logit loss, softmax - one-hot for the cross-entropy.
+void gradient_chunk(const LossSetup& L, const TokenStats& st, torch::Tensor out,
+                    const torch::Tensor& sr, const torch::Tensor& tr,
+                    const torch::Tensor& kd_coefficient, const torch::Tensor& ce_coefficient,
+                    int64_t start, int64_t len) {
+  torch::Tensor ss = scaled(sr, L.temperature);
+  torch::Tensor kd_c = kd_coefficient.narrow(0, start, len).unsqueeze(-1);
+  torch::Tensor c = ce_coefficient.narrow(0, start, len);
+  torch::Tensor lse_s = st.lse_s.narrow(0, start, len).unsqueeze(-1);
+  torch::Tensor lse_t = st.lse_t.narrow(0, start, len).unsqueeze(-1);
+  if (L.dense() && (!L.with_ce || L.temperature == 1.0)) {  // q and p written in place
+    torch::sub_out(out, ss, lse_s);
+    out.exp_();  // q
+    torch::Tensor p = (scaled(tr, L.temperature) - lse_t).exp_();
+    if (L.with_ce) {  // (q - p) kd + (q - onehot) ce, with q at T = 1
+      out.mul_(kd_c + c.unsqueeze(-1)).addcmul_(p, kd_c, -1);
+      subtract_target_one_hot(out, c, st.hit.narrow(0, start, len),
+                              st.local_index.narrow(0, start, len));
+    } else {
+      out.sub_(p).mul_(kd_c);
+    }
+    return;
+  }
+  torch::Tensor log_q = ss - lse_s;
+  torch::Tensor tt = scaled(tr, L.temperature);
+  if (L.top_k > 0)  // the same top-k teacher as in forward
+    tt = tt.masked_fill(tt < st.threshold.narrow(0, start, len).unsqueeze(-1), -kInfinity);
+  torch::Tensor log_p = tt - lse_t;
+  torch::Tensor q = log_q.exp(), g;
+  if (L.kind == LogitLoss::reverse_kl) {
+    g = q * (log_q - log_p).sub_(st.per_token.narrow(0, start, len).unsqueeze(-1));
+  } else {  // forward KL and soft cross-entropy share the gradient q - p
+    g = q - log_p.exp_();
+  }
+  torch::mul_out(out, g, kd_c);
+  if (L.with_ce) {
+    torch::Tensor softmax =
+        L.temperature == 1.0 ? q : (sr - st.lse_1.narrow(0, start, len).unsqueeze(-1)).exp_();
+    out.addcmul_(softmax, c.unsqueeze(-1));
+    subtract_target_one_hot(out, c, st.hit.narrow(0, start, len),
+                            st.local_index.narrow(0, start, len));
+  }
+}
+
+void save_setup(AutogradContext* ctx, const LossSetup& L) {
+  ctx->saved_data["n"] = L.n;
+  ctx->saved_data["local"] = L.local;
+  ctx->saved_data["real"] = L.real;
+  ctx->saved_data["vocab_start"] = L.vocab_start;
+  ctx->saved_data["kind"] = int64_t(L.kind);
+  ctx->saved_data["temperature"] = L.temperature;
+  ctx->saved_data["scale"] = L.scale;
+  ctx->saved_data["chunk"] = L.chunk;
+  ctx->saved_data["top_k"] = L.top_k;
+  ctx->saved_data["with_ce"] = L.with_ce;
+}
+
+// The backward needs no communication (the top-k threshold is saved): no group.
+LossSetup load_setup(AutogradContext* ctx) {
+  LossSetup L;
+  L.n = ctx->saved_data["n"].toInt();
+  L.local = ctx->saved_data["local"].toInt();
+  L.real = ctx->saved_data["real"].toInt();
+  L.vocab_start = ctx->saved_data["vocab_start"].toInt();
+  L.kind = LogitLoss(ctx->saved_data["kind"].toInt());
+  L.temperature = ctx->saved_data["temperature"].toDouble();
+  L.scale = ctx->saved_data["scale"].toDouble();
+  L.chunk = ctx->saved_data["chunk"].toInt();
+  L.top_k = ctx->saved_data["top_k"].toInt();
+  L.with_ce = ctx->saved_data["with_ce"].toBool();
+  return L;
+}
+
+void save_stats(std::vector<torch::Tensor>& saved, const TokenStats& st) {
+  saved.insert(saved.end(), {st.lse_s, st.lse_t, st.lse_1, st.per_token, st.threshold,
+                             st.local_index, st.hit});
+}
+
+TokenStats load_stats(const std::vector<torch::Tensor>& saved, size_t first) {
+  TokenStats st;
+  st.lse_s = saved[first];
+  st.lse_t = saved[first + 1];
+  st.lse_1 = saved[first + 2];
+  st.per_token = saved[first + 3];
+  st.threshold = saved[first + 4];
+  st.local_index = saved[first + 5];
+  st.hit = saved[first + 6];
+  return st;
+}
+
+// The per-token coefficients of the backward: d/ds of the logit loss is (...) / T per token.
+std::pair<torch::Tensor, torch::Tensor> coefficients(const LossSetup& L, const torch::Tensor& w,
+                                                     const torch::Tensor& grad_output) {
+  return {grad_output[0] * w * (L.scale / L.temperature), grad_output[1] * w};
+}
+
 // Outputs [kd, ce]: the weighted sums of the logit loss (times the T^2 scale) and, when hard
 // targets are given, of the LM cross-entropy on the same student logits. Computing both in
 // one function lets the cross-entropy's softmax be recomputed in backward instead of kept.
@@ -87,139 +268,114 @@ torch::Tensor top_k_threshold(const torch::Tensor& tt, int64_t k, int64_t padded
 struct LogitDistillation : torch::autograd::Function<LogitDistillation> {
   // s, t: [n, local]; w: [n]; targets: [n] or empty.
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor s, torch::Tensor t,
-                               torch::Tensor w, torch::Tensor targets, int64_t vocab_start,
-                               int64_t vocab_size, int64_t kind, double temperature, double scale,
-                               int64_t chunk, int64_t top_k, parallel::Communicator* group) {
-    const int64_t n = s.size(0), local = s.size(1);
-    const int64_t real = std::clamp<int64_t>(vocab_size - vocab_start, 0, local);
-    const bool with_ce = targets.numel() > 0;
-    // The same on every rank: the dense form needs a full teacher and p log p terms that vanish.
-    const bool dense = top_k == 0 && LogitLoss(kind) != LogitLoss::reverse_kl;
-    torch::Tensor sr = s.narrow(1, 0, real), tr = t.narrow(1, 0, real);
-    torch::Tensor threshold = torch::empty({top_k > 0 ? n : 0}, s.options());
-    torch::Tensor lse_s = torch::empty({n}, s.options()), lse_t = torch::empty({n}, s.options());
-    torch::Tensor lse_1 = lse_s;  // log-sum-exp at T = 1, for the cross-entropy
-    if (with_ce && temperature != 1.0) lse_1 = torch::empty({n}, s.options());
-    torch::Tensor per_token = torch::empty({n}, s.options());
-    for (int64_t start = 0; start < n; start += chunk) {
-      const int64_t len = std::min(chunk, n - start);
-      torch::Tensor ss = scaled(sr.narrow(0, start, len), temperature);
-      torch::Tensor tt = scaled(tr.narrow(0, start, len), temperature);
-      if (top_k > 0) {
-        torch::Tensor th = threshold.narrow(0, start, len);
-        th.copy_(top_k_threshold(tt, top_k, local, group));
-        tt = tt.masked_fill(tt < th.unsqueeze(-1), -kInfinity);
-      }
-      lse_s.narrow(0, start, len).copy_(split_logsumexp(ss, group));
-      lse_t.narrow(0, start, len).copy_(split_logsumexp(tt, group));
-      if (with_ce && temperature != 1.0)
-        lse_1.narrow(0, start, len).copy_(split_logsumexp(sr.narrow(0, start, len), group));
-      if (dense) {  // fewer passes: the log-sum-exps are added once after the reduction
-        torch::Tensor p = (tt - lse_t.narrow(0, start, len).unsqueeze(-1)).exp_();
-        per_token.narrow(0, start, len)
-            .copy_(LogitLoss(kind) == LogitLoss::forward_kl ? (p * (tt - ss)).sum(-1)
-                                                            : -(p * ss).sum(-1));
-        continue;
-      }
-      torch::Tensor log_q = ss - lse_s.narrow(0, start, len).unsqueeze(-1);
-      torch::Tensor log_p = tt - lse_t.narrow(0, start, len).unsqueeze(-1);
-      per_token.narrow(0, start, len).copy_(partial_loss(LogitLoss(kind), log_q, log_p, top_k > 0));
+                               torch::Tensor w, torch::Tensor targets, LossSetup L) {
+    TokenStats st = empty_stats(L, targets, s.options());
+    torch::Tensor sr = s.narrow(1, 0, L.real), tr = t.narrow(1, 0, L.real);
+    for (int64_t start = 0; start < L.n; start += L.chunk) {
+      const int64_t len = std::min(L.chunk, L.n - start);
+      forward_chunk(L, st, sr.narrow(0, start, len), tr.narrow(0, start, len), start, len);
     }
-    tp_reduce(per_token, group, parallel::ReduceOp::Sum);
-    // Dense forms: sum p (log p - log q) = sum p (t - s) + lse_s - lse_t and
-    // -sum p log q = -sum p s + lse_s, because p sums to one over the whole vocabulary.
-    if (dense) per_token += LogitLoss(kind) == LogitLoss::forward_kl ? lse_s - lse_t : lse_s;
-    torch::Tensor ce_sum = torch::zeros({}, s.options());
-    torch::Tensor local_index = torch::zeros({0}, torch::kLong),
-                  hit = torch::zeros({0}, torch::kBool);
-    if (with_ce) {  // real targets only ever hit real columns
-      hit = (targets >= vocab_start) & (targets < vocab_start + real);
-      local_index = torch::where(hit, targets - vocab_start, torch::zeros_like(targets));
-      torch::Tensor target_logit =
-          torch::where(hit, s.gather(1, local_index.unsqueeze(1)).squeeze(1),
-                       torch::zeros({}, s.options()))
-              .contiguous();
-      tp_reduce(target_logit, group, parallel::ReduceOp::Sum);
-      ce_sum = ((lse_1 - target_logit) * w).sum();
-    }
-    ctx->save_for_backward({s, t, w, lse_s, lse_t, per_token, lse_1, local_index, hit, threshold});
-    ctx->saved_data["real"] = real;
-    ctx->saved_data["kind"] = kind;
-    ctx->saved_data["temperature"] = temperature;
-    ctx->saved_data["scale"] = scale;
-    ctx->saved_data["chunk"] = chunk;
-    ctx->saved_data["with_ce"] = with_ce;
-    return torch::stack({(per_token * w).sum() * scale, ce_sum});
+    torch::Tensor result = finish_forward(L, st, w);
+    std::vector<torch::Tensor> saved = {s, t, w};
+    save_stats(saved, st);
+    ctx->save_for_backward(saved);
+    save_setup(ctx, L);
+    return result;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     auto saved = ctx->get_saved_variables();
-    torch::Tensor s = saved[0], t = saved[1], w = saved[2], lse_s = saved[3], lse_t = saved[4],
-                  per_token = saved[5], lse_1 = saved[6], local_index = saved[7], hit = saved[8],
-                  threshold = saved[9];
-    const int64_t real = ctx->saved_data["real"].toInt();
-    const auto kind = LogitLoss(ctx->saved_data["kind"].toInt());
-    const double temperature = ctx->saved_data["temperature"].toDouble();
-    const double scale = ctx->saved_data["scale"].toDouble();
-    const int64_t chunk = ctx->saved_data["chunk"].toInt();
-    const bool with_ce = ctx->saved_data["with_ce"].toBool();
-    const int64_t n = s.size(0), local = s.size(1);
-    const bool dense = threshold.numel() == 0 && kind != LogitLoss::reverse_kl;
-    // d/ds of the logit loss is (...) / T per token; of the cross-entropy softmax - one-hot.
-    torch::Tensor kd_coefficient = grad_outputs[0][0] * w * (scale / temperature);
-    torch::Tensor ce_coefficient = grad_outputs[0][1] * w;
+    const LossSetup L = load_setup(ctx);
+    torch::Tensor s = saved[0], t = saved[1], w = saved[2];
+    const TokenStats st = load_stats(saved, 3);
+    auto [kd_coefficient, ce_coefficient] = coefficients(L, w, grad_outputs[0]);
     // Padded columns keep a zero gradient; the real ones are all written below.
-    torch::Tensor grad = real < local ? torch::zeros_like(s) : torch::empty_like(s);
-    torch::Tensor sr = s.narrow(1, 0, real), tr = t.narrow(1, 0, real);
-    torch::Tensor grad_real = grad.narrow(1, 0, real);
-    for (int64_t start = 0; start < n; start += chunk) {
-      const int64_t len = std::min(chunk, n - start);
-      torch::Tensor ss = scaled(sr.narrow(0, start, len), temperature);
-      torch::Tensor out = grad_real.narrow(0, start, len);
-      torch::Tensor kd_c = kd_coefficient.narrow(0, start, len).unsqueeze(-1);
-      torch::Tensor c = ce_coefficient.narrow(0, start, len);
-      if (dense && (!with_ce || temperature == 1.0)) {  // q and p written in place
-        torch::sub_out(out, ss, lse_s.narrow(0, start, len).unsqueeze(-1));
-        out.exp_();  // q
-        torch::Tensor p = (scaled(tr.narrow(0, start, len), temperature) -
-                           lse_t.narrow(0, start, len).unsqueeze(-1))
-                              .exp_();
-        if (with_ce) {  // (q - p) kd + (q - onehot) ce, with q at T = 1
-          out.mul_(kd_c + c.unsqueeze(-1)).addcmul_(p, kd_c, -1);
-          subtract_target_one_hot(out, c, hit.narrow(0, start, len),
-                                  local_index.narrow(0, start, len));
-        } else {
-          out.sub_(p).mul_(kd_c);
-        }
-        continue;
-      }
-      torch::Tensor log_q = ss - lse_s.narrow(0, start, len).unsqueeze(-1);
-      torch::Tensor tt = scaled(tr.narrow(0, start, len), temperature);
-      if (threshold.numel() > 0)  // the same top-k teacher as in forward
-        tt = tt.masked_fill(tt < threshold.narrow(0, start, len).unsqueeze(-1), -kInfinity);
-      torch::Tensor log_p = tt - lse_t.narrow(0, start, len).unsqueeze(-1);
-      torch::Tensor q = log_q.exp(), g;
-      if (kind == LogitLoss::reverse_kl) {
-        g = q * (log_q - log_p).sub_(per_token.narrow(0, start, len).unsqueeze(-1));
-      } else {  // forward KL and soft cross-entropy share the gradient q - p
-        g = q - log_p.exp_();
-      }
-      torch::mul_out(out, g, kd_c);
-      if (with_ce) {
-        torch::Tensor softmax =
-            temperature == 1.0
-                ? q
-                : (sr.narrow(0, start, len) - lse_1.narrow(0, start, len).unsqueeze(-1)).exp_();
-        out.addcmul_(softmax, c.unsqueeze(-1));
-        subtract_target_one_hot(out, c, hit.narrow(0, start, len),
-                                local_index.narrow(0, start, len));
-      }
+    torch::Tensor grad = L.real < L.local ? torch::zeros_like(s) : torch::empty_like(s);
+    torch::Tensor sr = s.narrow(1, 0, L.real), tr = t.narrow(1, 0, L.real);
+    torch::Tensor grad_real = grad.narrow(1, 0, L.real);
+    for (int64_t start = 0; start < L.n; start += L.chunk) {
+      const int64_t len = std::min(L.chunk, L.n - start);
+      gradient_chunk(L, st, grad_real.narrow(0, start, len), sr.narrow(0, start, len),
+                     tr.narrow(0, start, len), kd_coefficient, ce_coefficient, start, len);
     }
-    variable_list result(12);
+    variable_list result(5);
     result[0] = grad;
     return result;
   }
 };
+
+// The same loss with both LM heads fused in: the logits of a chunk of tokens are computed
+// from the heads' inputs when needed (forward, and again in backward) and never kept, and
+// backward returns the gradients of the student head's input and weight. For activation
+// checkpointing: what stays from forward to backward is the two head inputs and per-token
+// statistics, not [tokens, vocab] logits.
+struct HeadLogitDistillation : torch::autograd::Function<HeadLogitDistillation> {
+  // xs [n, hs], ws [local, hs]; xt [n, ht], wt [local, ht]; w: [n]; targets: [n] or empty.
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor xs, torch::Tensor ws,
+                               torch::Tensor xt, torch::Tensor wt, torch::Tensor w,
+                               torch::Tensor targets, LossSetup L) {
+    TokenStats st = empty_stats(L, targets, xs.options());
+    torch::Tensor wsr = ws.narrow(0, 0, L.real), wtr = wt.narrow(0, 0, L.real);
+    for (int64_t start = 0; start < L.n; start += L.chunk) {
+      const int64_t len = std::min(L.chunk, L.n - start);
+      forward_chunk(L, st, torch::matmul(xs.narrow(0, start, len), wsr.t()),
+                    torch::matmul(xt.narrow(0, start, len), wtr.t()), start, len);
+    }
+    torch::Tensor result = finish_forward(L, st, w);
+    std::vector<torch::Tensor> saved = {xs, ws, xt, wt, w};
+    save_stats(saved, st);
+    ctx->save_for_backward(saved);
+    save_setup(ctx, L);
+    return result;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    auto saved = ctx->get_saved_variables();
+    const LossSetup L = load_setup(ctx);
+    torch::Tensor xs = saved[0], ws = saved[1], xt = saved[2], wt = saved[3], w = saved[4];
+    const TokenStats st = load_stats(saved, 5);
+    auto [kd_coefficient, ce_coefficient] = coefficients(L, w, grad_outputs[0]);
+    torch::Tensor wsr = ws.narrow(0, 0, L.real), wtr = wt.narrow(0, 0, L.real);
+    torch::Tensor grad_x = torch::empty_like(xs);
+    torch::Tensor grad_w = torch::zeros_like(ws);  // padded rows keep a zero gradient
+    torch::Tensor grad_w_real = grad_w.narrow(0, 0, L.real);
+    for (int64_t start = 0; start < L.n; start += L.chunk) {
+      const int64_t len = std::min(L.chunk, L.n - start);
+      torch::Tensor xs_c = xs.narrow(0, start, len);
+      torch::Tensor out = torch::empty({len, L.real}, xs.options());
+      gradient_chunk(L, st, out, torch::matmul(xs_c, wsr.t()),
+                     torch::matmul(xt.narrow(0, start, len), wtr.t()), kd_coefficient,
+                     ce_coefficient, start, len);
+      grad_x.narrow(0, start, len).copy_(torch::matmul(out, wsr));
+      grad_w_real.addmm_(out.t(), xs_c);
+    }
+    variable_list result(7);
+    result[0] = grad_x;
+    result[1] = grad_w;
+    return result;
+  }
+};
+
+LossSetup make_setup(int64_t n, int64_t local, const torch::Tensor& targets, int64_t vocab_size,
+                     const LogitLossOptions& o, const layers::TensorParallel& tp) {
+  if (o.teacher_top_k > 0 && o.kind == LogitLoss::reverse_kl)
+    throw UserError(
+        "distill.teacher_top_k: reverse_kl is undefined where a top-k teacher has "
+        "zero probability; use forward_kl or soft_ce");
+  LossSetup L;
+  L.n = n;
+  L.local = local;
+  L.vocab_start = int64_t(tp.rank()) * local;
+  L.real = std::clamp<int64_t>(vocab_size - L.vocab_start, 0, local);
+  L.kind = o.kind;
+  L.temperature = o.temperature;
+  L.scale = o.scale_by_t2 ? o.temperature * o.temperature : 1.0;
+  L.chunk = o.chunk_tokens;
+  L.top_k = o.teacher_top_k;
+  L.with_ce = targets.defined() && targets.numel() > 0;
+  L.group = tp.group;
+  return L;
+}
 
 }  // namespace
 
@@ -228,17 +384,29 @@ std::pair<torch::Tensor, torch::Tensor> logit_distillation_and_lm_sums(
     const torch::Tensor& targets, int64_t vocab_size, const LogitLossOptions& o,
     const layers::TensorParallel& tp) {
   const int64_t local = student.size(-1);
-  const double scale = o.scale_by_t2 ? o.temperature * o.temperature : 1.0;
-  if (o.teacher_top_k > 0 && o.kind == LogitLoss::reverse_kl)
-    throw UserError(
-        "distill.teacher_top_k: reverse_kl is undefined where a top-k teacher has "
-        "zero probability; use forward_kl or soft_ce");
   torch::Tensor flat_targets =
       targets.defined() ? targets.reshape({-1}) : torch::zeros({0}, torch::kLong);
+  const LossSetup setup =
+      make_setup(student.numel() / local, local, flat_targets, vocab_size, o, tp);
   torch::Tensor both = LogitDistillation::apply(
       student.reshape({-1, local}), teacher.detach().reshape({-1, local}),
-      weight.reshape({-1}).to(student.scalar_type()), flat_targets, int64_t(tp.rank()) * local,
-      vocab_size, int64_t(o.kind), o.temperature, scale, o.chunk_tokens, o.teacher_top_k, tp.group);
+      weight.reshape({-1}).to(student.scalar_type()), flat_targets, setup);
+  return {both[0], both[1]};
+}
+
+std::pair<torch::Tensor, torch::Tensor> logit_distillation_and_lm_sums_from_heads(
+    const HeadInput& student, const HeadInput& teacher, const torch::Tensor& weight,
+    const torch::Tensor& targets, int64_t vocab_size, const LogitLossOptions& o,
+    const layers::TensorParallel& tp) {
+  const int64_t local = student.weight.size(0);
+  TORCH_CHECK(teacher.weight.size(0) == local, "student and teacher vocabulary slices differ");
+  torch::Tensor xs = student.input.reshape({-1, student.input.size(-1)});
+  torch::Tensor flat_targets =
+      targets.defined() ? targets.reshape({-1}) : torch::zeros({0}, torch::kLong);
+  const LossSetup setup = make_setup(xs.size(0), local, flat_targets, vocab_size, o, tp);
+  torch::Tensor both = HeadLogitDistillation::apply(
+      xs, student.weight, teacher.input.detach().reshape({-1, teacher.input.size(-1)}),
+      teacher.weight.detach(), weight.reshape({-1}).to(xs.scalar_type()), flat_targets, setup);
   return {both[0], both[1]};
 }
 

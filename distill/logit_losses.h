@@ -33,4 +33,20 @@ std::pair<torch::Tensor, torch::Tensor> logit_distillation_and_lm_sums(
     const torch::Tensor& targets, int64_t vocab_size, const LogitLossOptions& options,
     const layers::TensorParallel& tp);
 
+// An LM head as the logit loss sees it: logits = input @ weight^T over this rank's (padded)
+// vocabulary slice. input [..., h] is the head's input after the final norm (and
+// enter_column), weight [local_vocab, h].
+struct HeadInput {
+  torch::Tensor input, weight;
+};
+
+// The same {kd, ce} with both heads fused in: a chunk's logits are computed from the head
+// inputs in forward and again in backward, and never kept; gradients reach the student head's
+// input and weight. Under activation checkpointing this keeps [tokens, h] instead of
+// [tokens, vocab] (the price: both heads' logits computed twice).
+std::pair<torch::Tensor, torch::Tensor> logit_distillation_and_lm_sums_from_heads(
+    const HeadInput& student, const HeadInput& teacher, const torch::Tensor& weight,
+    const torch::Tensor& targets, int64_t vocab_size, const LogitLossOptions& options,
+    const layers::TensorParallel& tp);
+
 }  // namespace retort::distill

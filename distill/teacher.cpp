@@ -31,6 +31,11 @@ torch::Tensor Teacher::head_logits(const torch::Tensor& hidden) const {
   return model_->head_logits(hidden);
 }
 
+HeadInput Teacher::head_input(const torch::Tensor& hidden) const {
+  torch::NoGradGuard no_grad;
+  return {model_->head_input(hidden), model_->head_weight()};
+}
+
 int64_t Teacher::weight_bytes() const {
   int64_t bytes = 0;
   for (const auto& p : store_->all()) bytes += p.value.numel() * p.value.element_size();

@@ -9,6 +9,7 @@
 
 #include <memory>
 
+#include "distill/logit_losses.h"
 #include "layers/model.h"
 
 namespace retort::distill {
@@ -25,6 +26,8 @@ class Teacher {
   torch::Tensor run_blocks(const torch::Tensor& hidden, int64_t seq_len,
                            layers::CaptureSink* sink) const;
   torch::Tensor head_logits(const torch::Tensor& hidden) const;
+  // The head's input and weight, for losses that fuse the head in (logit_losses.h).
+  HeadInput head_input(const torch::Tensor& hidden) const;
 
   layers::ParameterStore& parameters() { return *store_; }
   const layers::ModelConfig& config() const { return model_->config(); }

@@ -56,10 +56,13 @@ torch::Tensor LlamaModel::run_blocks(torch::Tensor x, int64_t seq_len, CaptureSi
   return x;
 }
 
-torch::Tensor LlamaModel::unmasked_logits(const torch::Tensor& hidden) const {
+torch::Tensor LlamaModel::head_input(const torch::Tensor& hidden) const {
   TORCH_CHECK(stage_.head, "the LM head runs on the last pipeline stage only");
-  torch::Tensor x = tp_.enter_column(rms_norm(hidden, final_norm_, config_.norm_eps));
-  return torch::matmul(x, lm_head_.t());
+  return tp_.enter_column(rms_norm(hidden, final_norm_, config_.norm_eps));
+}
+
+torch::Tensor LlamaModel::unmasked_logits(const torch::Tensor& hidden) const {
+  return torch::matmul(head_input(hidden), lm_head_.t());
 }
 
 torch::Tensor LlamaModel::head_logits(const torch::Tensor& hidden) const {
@@ -71,9 +74,7 @@ torch::Tensor LlamaModel::head_loss_sum(const torch::Tensor& hidden,
   if (head_chunk_tokens_ <= 0)
     return vocab_parallel_cross_entropy(unmasked_logits(hidden), targets, config_.vocab_size, tp_)
         .sum();
-  TORCH_CHECK(stage_.head, "the LM head runs on the last pipeline stage only");
-  torch::Tensor x = tp_.enter_column(rms_norm(hidden, final_norm_, config_.norm_eps));
-  return fused_head_cross_entropy_sum(x, lm_head_, targets, config_.vocab_size, tp_,
+  return fused_head_cross_entropy_sum(head_input(hidden), lm_head_, targets, config_.vocab_size, tp_,
                                       head_chunk_tokens_);
 }
 

@@ -48,6 +48,11 @@ class LlamaModel {
   torch::Tensor embed(const torch::Tensor& tokens) const;  // first stage
   torch::Tensor run_blocks(torch::Tensor hidden, int64_t seq_len, CaptureSink* sink) const;
   torch::Tensor head_logits(const torch::Tensor& hidden) const;  // masked, last stage
+  // The LM head as two pieces, logits = head_input(hidden) @ head_weight()^T (unmasked), for
+  // losses that fuse the head in: the final norm then enter_column, and this rank's
+  // [padded_vocab / tp, h] weight.
+  torch::Tensor head_input(const torch::Tensor& hidden) const;
+  const torch::Tensor& head_weight() const { return lm_head_; }
   torch::Tensor head_loss_sum(const torch::Tensor& hidden, const torch::Tensor& targets) const;
 
   const ModelConfig& config() const { return config_; }
@@ -55,9 +60,11 @@ class LlamaModel {
   const ModelStage& stage() const { return stage_; }
   // What the blocks keep for backward (activation checkpointing and offloading).
   void set_recompute(const RecomputePolicy& policy) { recompute_ = policy; }
+  const RecomputePolicy& recompute() const { return recompute_; }
   // Tokens per chunk of the fused LM head + cross-entropy of head_loss_sum; 0 = unfused
   // (full logits, then the vocabulary-parallel cross-entropy).
   void set_head_chunk_tokens(int64_t tokens) { head_chunk_tokens_ = tokens; }
+  int64_t head_chunk_tokens() const { return head_chunk_tokens_; }
 
  private:
   torch::Tensor unmasked_logits(const torch::Tensor& hidden) const;

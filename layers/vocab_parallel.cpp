@@ -127,8 +127,10 @@ struct FusedHeadCrossEntropy : torch::autograd::Function<FusedHeadCrossEntropy> 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     auto saved = ctx->get_saved_variables();
     const torch::Tensor& g = grad_outputs[0];
-    torch::Tensor grad_x = saved[0].defined() ? saved[0] * g : torch::Tensor();
-    torch::Tensor grad_weight = saved[1].defined() ? saved[1] * g : torch::Tensor();
+    // Scaled in place: the buffers are ours alone, and a [vocab, h] copy is what the fused
+    // head exists to avoid.
+    torch::Tensor grad_x = saved[0].defined() ? saved[0].mul_(g) : torch::Tensor();
+    torch::Tensor grad_weight = saved[1].defined() ? saved[1].mul_(g) : torch::Tensor();
     return {grad_x,         grad_weight,    torch::Tensor(), torch::Tensor(),
             torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }

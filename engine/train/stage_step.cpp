@@ -123,6 +123,17 @@ double StageStep::train(parallel::Communicator& pp, const std::vector<MicroBatch
       torch::Tensor head;
       if (!distiller) {
         head = student.head_loss_sum(x, b.targets) / target_count;
+      } else if (student.recompute().mode == layers::Checkpointing::full) {
+        // Full checkpointing keeps no [tokens, vocab] logits either: the heads are fused
+        // into the losses and their logits recomputed chunk by chunk in backward.
+        distill::HeadInput teacher_head;
+        if (distiller->needs_teacher_logits()) {
+          MemoryScope teacher_memory(MemoryCategory::teacher_activations);
+          teacher_head = teacher->head_input(t);
+        }
+        head = distiller->output_loss_from_heads(
+            {student.head_input(x), student.head_weight()}, teacher_head, b.targets,
+            target_count, student.config().vocab_size, student.head_chunk_tokens(), &terms);
       } else {
         torch::Tensor teacher_logits;
         if (distiller->needs_teacher_logits()) {

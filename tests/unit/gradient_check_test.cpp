@@ -1,6 +1,7 @@
 // tests/unit/gradient_check_test.cpp: autograd gradients of the normalised loss against
 // central finite differences in double precision, on a tiny model that uses every feature
-// (GQA, sliding window, qkv bias, tied embeddings, ignored targets).
+// (GQA, sliding window, qkv bias, tied embeddings, ignored targets, the fused chunked LM head
+// with gradients formed in forward).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -22,6 +23,7 @@ TEST(GradientCheck, AutogradMatchesFiniteDifferences) {
   c.init_std = 0.3;
   ParameterStore store(11, torch::kDouble);
   LlamaModel model(c, store);
+  model.set_head_chunk_tokens(5);  // the fused head in 3 chunks of 12 tokens, the last partial
   torch::Tensor tokens = torch::randint(c.vocab_size, {2, 6}, torch::kLong);
   torch::Tensor targets = torch::randint(c.vocab_size, {2, 6}, torch::kLong);
   targets[1][0] = kIgnoreIndex;
