@@ -44,7 +44,9 @@ LlamaModel::LlamaModel(const ModelConfig& config, ParameterStore& store, TensorP
 torch::Tensor LlamaModel::embed(const torch::Tensor& tokens) const {
   TORCH_CHECK(stage_.embedding, "embed() on a pipeline stage without the embedding");
   TORCH_CHECK(tokens.dim() == 2, "tokens must be [batch, seq]");
-  return vocab_parallel_embedding(tokens, embed_, tp_);
+  // Tied on this stage: the head's dense gradient arrives first and the lookup's rows add in.
+  const bool tied_here = config_.tied_embeddings && stage_.head;
+  return vocab_parallel_embedding(tokens, embed_, tp_, /*sparse_grad=*/tied_here);
 }
 
 torch::Tensor LlamaModel::run_blocks(torch::Tensor x, int64_t seq_len, CaptureSink* sink) const {

@@ -153,13 +153,16 @@ torch::Tensor fused_head_cross_entropy_sum(const torch::Tensor& x, const torch::
 }
 
 torch::Tensor vocab_parallel_embedding(const torch::Tensor& tokens, const torch::Tensor& weight,
-                                       const TensorParallel& tp) {
-  if (tp.size() == 1) return torch::embedding(weight, tokens);
+                                       const TensorParallel& tp, bool sparse_grad) {
+  auto lookup = [&](const torch::Tensor& index) {
+    return torch::embedding(weight, index, /*padding_idx=*/-1, /*scale_grad_by_freq=*/false,
+                            sparse_grad);
+  };
+  if (tp.size() == 1) return lookup(tokens);
   const int64_t local = weight.size(0), start = tp.rank() * local;
   torch::Tensor in_range = (tokens >= start) & (tokens < start + local);
   torch::Tensor index = torch::where(in_range, tokens - start, torch::zeros_like(tokens));
-  torch::Tensor partial =
-      torch::embedding(weight, index) * in_range.unsqueeze(-1).to(weight.dtype());
+  torch::Tensor partial = lookup(index) * in_range.unsqueeze(-1).to(weight.dtype());
   return tp.exit_row(partial);
 }
 

@@ -10,9 +10,11 @@
 
 namespace retort::layers {
 
-// tokens [b, s] -> [b, s, h] (TP) or [b, s/tp, h] (STP).
+// tokens [b, s] -> [b, s, h] (TP) or [b, s/tp, h] (STP). sparse_grad: the weight's gradient
+// is row-sparse (only when another use of the weight, the tied LM head, gives it a dense
+// gradient to add into: [vocab, h] then exists once, not three times, at the end of backward).
 torch::Tensor vocab_parallel_embedding(const torch::Tensor& tokens, const torch::Tensor& weight,
-                                       const TensorParallel& tp);
+                                       const TensorParallel& tp, bool sparse_grad = false);
 
 // logits [..., local_vocab] on each rank, targets [...] with kIgnoreIndex for padding.
 // Returns the per-token loss [...] (0 where ignored), identical on every TP rank.

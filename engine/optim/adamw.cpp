@@ -24,15 +24,32 @@ void AdamW::step_parameter(size_t index, double lr) {
   TORCH_CHECK(steps_ > 0, "AdamW::step_parameter before begin_step(): no step counted");
   torch::NoGradGuard no_grad;
   const double step_lr = lr * p.spec.lr_scale;
-  const torch::Tensor& g = p.value.grad();
-  if (p.spec.weight_decay && config_.weight_decay > 0)
-    p.value.mul_(1.0 - step_lr * config_.weight_decay);
-  s.exp_avg.mul_(config_.beta1).add_(g, 1.0 - config_.beta1);
-  s.exp_avg_sq.mul_(config_.beta2).addcmul_(g, g, 1.0 - config_.beta2);
   const double bias1 = 1.0 - std::pow(config_.beta1, double(steps_));
   const double bias2 = 1.0 - std::pow(config_.beta2, double(steps_));
-  torch::Tensor denom = (s.exp_avg_sq.sqrt() / std::sqrt(bias2)).add_(config_.eps);
-  p.value.addcdiv_(s.exp_avg, denom, -step_lr / bias1);
+  const bool decay = p.spec.weight_decay && config_.weight_decay > 0;
+  // Element-wise, so it runs over slices of at most kSliceElements: the one temporary (the
+  // denominator) stays a slice, not a copy of the largest parameter (the [vocab, h] embedding
+  // would otherwise add its size to the step's peak, twice).
+  constexpr int64_t kSliceElements = 1 << 18;
+  const torch::Tensor& grad = p.value.grad();
+  const bool flat = p.value.is_contiguous() && grad.is_contiguous();
+  torch::Tensor value = flat ? p.value.view({-1}) : p.value;
+  torch::Tensor g = flat ? grad.view({-1}) : grad;
+  torch::Tensor m = flat ? s.exp_avg.view({-1}) : s.exp_avg;
+  torch::Tensor v = flat ? s.exp_avg_sq.view({-1}) : s.exp_avg_sq;
+  const int64_t n = flat ? value.numel() : 1, slice = flat ? kSliceElements : 1;
+  for (int64_t start = 0; start < n; start += slice) {
+    const int64_t len = std::min(slice, n - start);
+    torch::Tensor pv = flat ? value.narrow(0, start, len) : value;
+    torch::Tensor gv = flat ? g.narrow(0, start, len) : g;
+    torch::Tensor mv = flat ? m.narrow(0, start, len) : m;
+    torch::Tensor vv = flat ? v.narrow(0, start, len) : v;
+    if (decay) pv.mul_(1.0 - step_lr * config_.weight_decay);
+    mv.mul_(config_.beta1).add_(gv, 1.0 - config_.beta1);
+    vv.mul_(config_.beta2).addcmul_(gv, gv, 1.0 - config_.beta2);
+    torch::Tensor denom = vv.sqrt().div_(std::sqrt(bias2)).add_(config_.eps);
+    pv.addcdiv_(mv, denom, -step_lr / bias1);
+  }
 }
 
 void AdamW::step(double lr) {

@@ -54,6 +54,32 @@ TEST(AdamW, OneStepMatchesHandComputation) {
   }
 }
 
+// A parameter larger than AdamW's slice (2^18 elements) is stepped slice by slice: every
+// element, including the last slice's, follows the formula over two steps.
+TEST(AdamW, LargeParameterStepsEveryElementTwice) {
+  layers::ParameterStore store(3, torch::kDouble);
+  const int64_t rows = 1100, cols = 512;  // 563200 elements: two full slices and a part
+  torch::Tensor value = store.create({"big", {rows, cols}, -1});
+  OptimizerConfig config;
+  config.beta1 = 0.9;
+  config.beta2 = 0.95;
+  config.eps = 1e-6;
+  config.weight_decay = 0.1;
+  AdamW adam(store, config);
+  torch::Tensor p = value.detach().clone(), m = torch::zeros_like(p), v = torch::zeros_like(p);
+  for (int step = 1; step <= 2; ++step) {
+    torch::Tensor g = torch::randn({rows, cols}, torch::kDouble);
+    value.mutable_grad() = g.clone();
+    adam.step(0.01);
+    p = p * (1 - 0.01 * 0.1);
+    m = 0.9 * m + 0.1 * g;
+    v = 0.95 * v + 0.05 * g * g;
+    const double b1 = 1 - std::pow(0.9, step), b2 = 1 - std::pow(0.95, step);
+    p = p - 0.01 * (m / b1) / ((v / b2).sqrt() + 1e-6);
+  }
+  EXPECT_LT((value - p).abs().max().item<double>(), 1e-13);
+}
+
 TEST(AdamW, ClipScalesToMaxNorm) {
   layers::ParameterStore store(1, torch::kDouble);
   torch::Tensor a = store.create({"a", {2}, -1});
