@@ -55,8 +55,8 @@ const std::vector<Variant> kVariants = {
 };
 
 std::vector<std::string> shape(const std::string& prefix, int64_t layers) {
-  return {prefix + ".hidden=512", prefix + ".layers=" + std::to_string(layers),
-          prefix + ".heads=8", prefix + ".kv_heads=4", prefix + ".ffn_hidden=1376"};
+  return {prefix + ".hidden=512", prefix + ".layers=" + std::to_string(layers), prefix + ".heads=8",
+          prefix + ".kv_heads=4", prefix + ".ffn_hidden=1376"};
 }
 
 Measured measure_run(const std::vector<std::string>& assignments, int steps) {
@@ -136,9 +136,10 @@ int measure(int argc, char** argv) {
     distill_runs[v.name] = measure_run(keys, steps);
   }
 
-  std::printf("batch 4 x 256 tokens, vocab 32000, %d thread(s), %d measured step(s) per row; "
-              "peak = device peak of the measured steps, split at that moment (MB)\n",
-              threads, steps);
+  std::printf(
+      "batch 4 x 256 tokens, vocab 32000, %d thread(s), %d measured step(s) per row; "
+      "peak = device peak of the measured steps, split at that moment (MB)\n",
+      threads, steps);
   std::printf(
       "| setup    | run                   | tokens/s | x base | peak MB | params | grads  | "
       "optim  | activ.  | teacher | teacher | rest   | host   |\n");
@@ -165,24 +166,26 @@ int measure(int argc, char** argv) {
   for (auto [from, to] : {std::pair<const char*, const char*>{"baseline", "optimizer in backward"},
                           {"offloading (+full)", "all together"}}) {
     const double saved = lowered(lm_runs[from], lm_runs[to]);
-    std::printf("  optimizer in backward lowers the peak (%s -> %s) by %.1f MB = %.0f%% of the "
-                "gradient bytes (target >= 80%%): %s\n",
-                from, to, saved, 100 * saved / grad_mb, verdict(saved >= 0.8 * grad_mb));
+    std::printf(
+        "  optimizer in backward lowers the peak (%s -> %s) by %.1f MB = %.0f%% of the "
+        "gradient bytes (target >= 80%%): %s\n",
+        from, to, saved, 100 * saved / grad_mb, verdict(saved >= 0.8 * grad_mb));
   }
   const Measured& offload = lm_runs["offloading (+full)"];
   const double activation_cut =
       1 - double(offload.peak.of(C::activations)) / double(base.peak.of(C::activations));
   const double cost = 1 - offload.tokens_per_s / base.tokens_per_s;
-  std::printf("  full checkpointing + offloading: saved activations at the peak %.1f -> %.1f MB "
-              "(-%.0f%%, target >= 75%%): %s; throughput cost %.0f%% (target <= 35%%): %s\n",
-              mb(base.peak.of(C::activations)), mb(offload.peak.of(C::activations)),
-              100 * activation_cut, verdict(activation_cut >= 0.75), 100 * cost,
-              verdict(cost <= 0.35));
+  std::printf(
+      "  full checkpointing + offloading: saved activations at the peak %.1f -> %.1f MB "
+      "(-%.0f%%, target >= 75%%): %s; throughput cost %.0f%% (target <= 35%%): %s\n",
+      mb(base.peak.of(C::activations)), mb(offload.peak.of(C::activations)), 100 * activation_cut,
+      verdict(activation_cut >= 0.75), 100 * cost, verdict(cost <= 0.35));
   const Measured& distill_all = distill_runs["all together"];
-  std::printf("  distillation with everything on peaks at %.1f MB, the student's LM-only baseline "
-              "at %.1f MB (target: below): %s\n",
-              mb(distill_all.peak.device()), mb(student_lm_only.peak.device()),
-              verdict(distill_all.peak.device() < student_lm_only.peak.device()));
+  std::printf(
+      "  distillation with everything on peaks at %.1f MB, the student's LM-only baseline "
+      "at %.1f MB (target: below): %s\n",
+      mb(distill_all.peak.device()), mb(student_lm_only.peak.device()),
+      verdict(distill_all.peak.device() < student_lm_only.peak.device()));
   return 0;
 }
 

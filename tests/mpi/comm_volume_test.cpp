@@ -49,43 +49,43 @@ TEST(CommVolume, MatchesAnalyticCountUnderTpAndStp) {
   torch::Tensor tokens = torch::randint(c.vocab_size, {b, s}, torch::kLong);
   torch::Tensor targets = torch::randint(c.vocab_size, {b, s}, torch::kLong);
   for (Checkpointing mode : {Checkpointing::none, Checkpointing::full, Checkpointing::selective})
-  for (bool sequence : {false, true}) {
-    TensorParallel tp{&comm, sequence};
-    ParameterStore store(1, torch::kFloat, tp.position());
-    LlamaModel model(c, store, tp);
-    model.set_recompute({mode, nullptr});
-    comm.reset_counters();
-    model.loss_sum(tokens, targets).backward();
-    std::map<std::string, int64_t> expected;
-    if (!sequence) {
-      expected["all_reduce"] = (1 + 2 * L + 2 * L + 1) * act + 3 * per_token;
-    } else {
-      expected["all_gather"] = (2 * L + 1 + 2 * L + 1) * act;
-      expected["reduce_scatter"] = (2 * L + 1 + 2 * L + 1) * act;
-      expected["all_reduce"] = 3 * per_token;
+    for (bool sequence : {false, true}) {
+      TensorParallel tp{&comm, sequence};
+      ParameterStore store(1, torch::kFloat, tp.position());
+      LlamaModel model(c, store, tp);
+      model.set_recompute({mode, nullptr});
+      comm.reset_counters();
+      model.loss_sum(tokens, targets).backward();
+      std::map<std::string, int64_t> expected;
+      if (!sequence) {
+        expected["all_reduce"] = (1 + 2 * L + 2 * L + 1) * act + 3 * per_token;
+      } else {
+        expected["all_gather"] = (2 * L + 1 + 2 * L + 1) * act;
+        expected["reduce_scatter"] = (2 * L + 1 + 2 * L + 1) * act;
+        expected["all_reduce"] = 3 * per_token;
+      }
+      if (mode == Checkpointing::full)
+        for (const char* op : {"all_reduce", "all_gather", "reduce_scatter"})
+          if ((std::string(op) == "all_reduce") != sequence) expected[op] += 2 * L * act;
+      std::map<std::string, int64_t> measured;
+      for (const auto& [op, counter] : comm.counters()) measured[op] = counter.bytes;
+      comm.reset_counters();
+      engine::sum_partial_tp_grads(store, tp);
+      const int64_t sync_expected = sequence ? (2 * L + 1) * h * 4 : 0;
+      if (comm.rank() == 0) {
+        std::printf(
+            "%s, TP%d, checkpointing %s, b=%lld s=%lld h=%lld L=%lld: bytes per rank per "
+            "step\n",
+            sequence ? "STP" : "TP", n, enum_name(mode).c_str(), (long long)b, (long long)s,
+            (long long)h, (long long)L);
+        std::printf("  | %-22s | %12s | %12s |\n", "operation", "measured", "analytic");
+        for (const auto& [op, value] : expected)
+          std::printf("  | %-22s | %12lld | %12lld |\n", op.c_str(), (long long)measured[op],
+                      (long long)value);
+        std::printf("  | %-22s | %12lld | %12lld |\n", "grad sync all_reduce",
+                    (long long)bytes(comm, "all_reduce"), (long long)sync_expected);
+      }
+      EXPECT_EQ(measured, expected) << (sequence ? "STP" : "TP") << " " << enum_name(mode);
+      EXPECT_EQ(bytes(comm, "all_reduce"), sync_expected);
     }
-    if (mode == Checkpointing::full)
-      for (const char* op : {"all_reduce", "all_gather", "reduce_scatter"})
-        if ((std::string(op) == "all_reduce") != sequence)
-          expected[op] += 2 * L * act;
-    std::map<std::string, int64_t> measured;
-    for (const auto& [op, counter] : comm.counters()) measured[op] = counter.bytes;
-    comm.reset_counters();
-    engine::sum_partial_tp_grads(store, tp);
-    const int64_t sync_expected = sequence ? (2 * L + 1) * h * 4 : 0;
-    if (comm.rank() == 0) {
-      std::printf("%s, TP%d, checkpointing %s, b=%lld s=%lld h=%lld L=%lld: bytes per rank per "
-                  "step\n",
-                  sequence ? "STP" : "TP", n, enum_name(mode).c_str(), (long long)b, (long long)s, (long long)h,
-                  (long long)L);
-      std::printf("  | %-22s | %12s | %12s |\n", "operation", "measured", "analytic");
-      for (const auto& [op, value] : expected)
-        std::printf("  | %-22s | %12lld | %12lld |\n", op.c_str(), (long long)measured[op],
-                    (long long)value);
-      std::printf("  | %-22s | %12lld | %12lld |\n", "grad sync all_reduce",
-                  (long long)bytes(comm, "all_reduce"), (long long)sync_expected);
-    }
-    EXPECT_EQ(measured, expected) << (sequence ? "STP" : "TP") << " " << enum_name(mode);
-    EXPECT_EQ(bytes(comm, "all_reduce"), sync_expected);
-  }
 }

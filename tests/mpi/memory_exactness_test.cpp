@@ -5,8 +5,8 @@
 // checkpointing, with offloading, with the optimizer step inside backward and with all of
 // them together as without any: bitwise where the order of operations is unchanged (the
 // optimizer step inside backward; full checkpointing of plain training), otherwise losses
-// within 1e-6 relative in fp32, and losses and parameters within 1e-12 in float64. One rank runs TP1; two ranks run
-// STP2, DP2 with ZeRO-1 and PP2.
+// within 1e-6 relative in fp32, and losses and parameters within 1e-12 in float64. One rank runs
+// TP1; two ranks run STP2, DP2 with ZeRO-1 and PP2.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 

@@ -144,7 +144,8 @@ TEST(Communicator, SplitsMessagesLargerThanThePieceLimit) {
     for (int r = 0; r < g.n; ++r) counts.push_back(5 + 3 * r);
     int64_t total = 0;
     for (int64_t c : counts) total += c;
-    torch::Tensor in = shared_random({total}, 30 + g.r), part = torch::empty({counts[g.r]}, torch::kDouble);
+    torch::Tensor in = shared_random({total}, 30 + g.r),
+                  part = torch::empty({counts[g.r]}, torch::kDouble);
     g.comm.reduce_scatter_v_async(in, part, counts).wait();
     results.push_back(part);
     torch::Tensor gathered = torch::empty({total}, torch::kDouble);
@@ -175,7 +176,8 @@ TEST(Communicator, SplitsMessagesLargerThanThePieceLimit) {
   for (int r = 0; r < g.n; ++r) parts.push_back(shared_random({2, 11}, 12 + r));
   EXPECT_TRUE(torch::equal(pieces[1], torch::cat(parts, 1)));
   torch::Tensor expected_part = torch::zeros({13, 2}, torch::kDouble);
-  for (int r = 0; r < g.n; ++r) expected_part += shared_random({13 * g.n, 2}, 20 + r).narrow(0, 13 * g.r, 13);
+  for (int r = 0; r < g.n; ++r)
+    expected_part += shared_random({13 * g.n, 2}, 20 + r).narrow(0, 13 * g.r, 13);
   EXPECT_TRUE(torch::allclose(pieces[2], expected_part, 1e-14, 1e-14));
   EXPECT_TRUE(torch::equal(pieces[5], shared_random({23}, 50 + g.n - 1)));
   EXPECT_TRUE(torch::equal(pieces[6], shared_random({19}, 60 + (g.r + g.n - 1) % g.n)));

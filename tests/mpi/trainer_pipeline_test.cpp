@@ -190,5 +190,11 @@ TEST(TrainerPipeline, ActivationMemoryDoesNotGrowWithMicroBatches) {
   std::printf("stage %d: peak above the resting level %lld bytes (m=8), %lld bytes (m=24)\n",
               retort::test::world_rank(), static_cast<long long>(eight),
               static_cast<long long>(twenty_four));
-  EXPECT_LE(twenty_four, eight * 21 / 20) << "activation memory grew with the micro-batches";
+  // Besides 5%, up to two pipeline messages (a received hidden state or gradient, b x s x h
+  // floats) may or may not be alive at the peak depending on when MPI delivers them: measured
+  // 16-32 kB apart between identical m=8 runs. Holding all 24 micro-batches would add 16
+  // micro-batches of saved activations, far more.
+  const int64_t message_bytes = 2 * 32 * 64 * 4;  // micro_batch x seq_len x hidden x fp32
+  EXPECT_LE(twenty_four, eight * 21 / 20 + 2 * message_bytes)
+      << "activation memory grew with the micro-batches";
 }

@@ -19,9 +19,9 @@ using namespace retort::engine;
 namespace {
 
 TrainConfig distill_config(std::vector<std::string> overrides) {
-  std::vector<std::string> all = {"data.paths=[" RETORT_TEST_CORPUS "]", "training.steps=2",
-                                  "training.eval_every=0", "checkpoint.save_at_end=false",
-                                  "optimizer.grad_clip=0", "training.micro_batch=8"};
+  std::vector<std::string> all = {
+      "data.paths=[" RETORT_TEST_CORPUS "]", "training.steps=2",      "training.eval_every=0",
+      "checkpoint.save_at_end=false",        "optimizer.grad_clip=0", "training.micro_batch=8"};
   all.insert(all.end(), overrides.begin(), overrides.end());
   return make_train_config(Config::load(RETORT_TEST_CONFIGS "/consistency_distill.yaml", all), 1);
 }
@@ -34,7 +34,8 @@ int64_t bytes_of(const layers::ParameterStore& store, bool trainable_only) {
 }
 
 // The split at the peak of the second step (the first allocates lazily created state).
-MemorySplit second_step_peak(const std::vector<std::string>& overrides, int64_t* offloaded = nullptr) {
+MemorySplit second_step_peak(const std::vector<std::string>& overrides,
+                             int64_t* offloaded = nullptr) {
   MemoryTracker& tracker = MemoryTracker::install();
   Trainer trainer(distill_config(overrides), nullptr);
   trainer.train_step();
@@ -84,12 +85,14 @@ TEST(MemoryAccounting, PeakSplitAndWhatEachFeatureLowers) {
   EXPECT_LT(in_backward.of(MemoryCategory::gradients),
             full_offload.of(MemoryCategory::gradients) / 2);
   EXPECT_LT(in_backward.device(), full_offload.device());
-  std::printf("peak bytes  plain: activations %lld gradients %lld total %lld\n"
-              "            full+offload: activations %lld gradients %lld total %lld (host %lld)\n"
-              "            + in_backward: gradients %lld total %lld\n",
-              (long long)plain.of(MemoryCategory::activations),
-              (long long)plain.of(MemoryCategory::gradients), (long long)plain.device(),
-              (long long)full_offload.of(MemoryCategory::activations),
-              (long long)full_offload.of(MemoryCategory::gradients), (long long)full_offload.device(), (long long)offloaded,
-              (long long)in_backward.of(MemoryCategory::gradients), (long long)in_backward.device());
+  std::printf(
+      "peak bytes  plain: activations %lld gradients %lld total %lld\n"
+      "            full+offload: activations %lld gradients %lld total %lld (host %lld)\n"
+      "            + in_backward: gradients %lld total %lld\n",
+      (long long)plain.of(MemoryCategory::activations),
+      (long long)plain.of(MemoryCategory::gradients), (long long)plain.device(),
+      (long long)full_offload.of(MemoryCategory::activations),
+      (long long)full_offload.of(MemoryCategory::gradients), (long long)full_offload.device(),
+      (long long)offloaded, (long long)in_backward.of(MemoryCategory::gradients),
+      (long long)in_backward.device());
 }
