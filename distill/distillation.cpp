@@ -138,13 +138,23 @@ torch::Tensor Distiller::output_loss(const torch::Tensor& student_logits,
   return total.defined() ? total : torch::zeros({}, student_logits.options());
 }
 
-torch::Tensor Distiller::output_loss_from_heads(const HeadInput& student,
-                                                const HeadInput& teacher,
-                                                const torch::Tensor& targets,
-                                                double target_count, int64_t vocab_size,
-                                                int64_t lm_chunk_tokens, LossTerms* terms) const {
+torch::Tensor Distiller::output_loss_from_heads(const HeadInput& student, const HeadInput& teacher,
+                                                const torch::Tensor& targets, double target_count,
+                                                int64_t vocab_size, int64_t lm_chunk_tokens,
+                                                bool recompute_heads, LossTerms* terms) const {
   torch::Tensor weight = targets.ne(kIgnore);
   torch::Tensor kd_sum, ce_sum;
+  const bool with_lm = config_.lm_weight > 0;
+  if (config_.logit_weight > 0 && !recompute_heads) {
+    const bool dropped = fault_injected(Fault::LogitTermOneTpRank) && tp_.rank() != 0;
+    FusedLogitLoss fused = logit_distillation_total_from_heads(
+        student, teacher, weight, with_lm ? targets : torch::Tensor(), vocab_size, config_.logits,
+        tp_, dropped ? 0.0 : config_.logit_weight / target_count,
+        with_lm ? config_.lm_weight / target_count : 0.0);
+    terms->logits += (fused.kd_sum / target_count).item<double>();
+    if (with_lm) terms->lm += (fused.ce_sum / target_count).item<double>();
+    return fused.total;
+  }
   if (config_.logit_weight > 0) {
     std::tie(kd_sum, ce_sum) = logit_distillation_and_lm_sums_from_heads(
         student, teacher, weight, config_.lm_weight > 0 ? targets : torch::Tensor(), vocab_size,

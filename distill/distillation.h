@@ -53,13 +53,14 @@ class Distiller {
   torch::Tensor output_loss(const torch::Tensor& student_logits,
                             const torch::Tensor& teacher_logits, const torch::Tensor& targets,
                             double target_count, int64_t vocab_size, LossTerms* terms) const;
-  // The same from the heads' inputs, the heads fused into the losses so no [tokens, vocab]
-  // tensor is kept for backward (activation checkpointing); `teacher` is unused without a
-  // logit loss.
+  // The same from the heads' inputs, the heads fused into the losses so that no
+  // [tokens, vocab] tensor outlives a chunk. recompute_heads (activation checkpointing): keep
+  // only the head inputs and form the logits again in backward; otherwise form the gradient
+  // in forward and keep it. `teacher` is unused without a logit loss.
   torch::Tensor output_loss_from_heads(const HeadInput& student, const HeadInput& teacher,
                                        const torch::Tensor& targets, double target_count,
                                        int64_t vocab_size, int64_t lm_chunk_tokens,
-                                       LossTerms* terms) const;
+                                       bool recompute_heads, LossTerms* terms) const;
   // The weighted activation losses of this stage's pairs (zero without any).
   torch::Tensor activation_loss(const torch::Tensor& targets, layers::CaptureSink& student_sink,
                                 layers::CaptureSink& teacher_sink, double target_count,

@@ -125,8 +125,7 @@ void forward_chunk(const LossSetup& L, TokenStats& st, const torch::Tensor& sr,
   st.lse_s.narrow(0, start, len).copy_(split_logsumexp(ss, L.group));
   st.lse_t.narrow(0, start, len).copy_(split_logsumexp(tt, L.group));
   if (L.with_ce) {
-    if (L.temperature != 1.0)
-      st.lse_1.narrow(0, start, len).copy_(split_logsumexp(sr, L.group));
+    if (L.temperature != 1.0) st.lse_1.narrow(0, start, len).copy_(split_logsumexp(sr, L.group));
     if (L.real > 0) {
       torch::Tensor hit = st.hit.narrow(0, start, len);
       torch::Tensor index = st.local_index.narrow(0, start, len);
@@ -235,8 +234,8 @@ LossSetup load_setup(AutogradContext* ctx) {
 }
 
 void save_stats(std::vector<torch::Tensor>& saved, const TokenStats& st) {
-  saved.insert(saved.end(), {st.lse_s, st.lse_t, st.lse_1, st.per_token, st.threshold,
-                             st.local_index, st.hit});
+  saved.insert(saved.end(),
+               {st.lse_s, st.lse_t, st.lse_1, st.per_token, st.threshold, st.local_index, st.hit});
 }
 
 TokenStats load_stats(const std::vector<torch::Tensor>& saved, size_t first) {
@@ -356,6 +355,67 @@ struct HeadLogitDistillation : torch::autograd::Function<HeadLogitDistillation> 
   }
 };
 
+// The same loss with both heads fused in and its gradient formed in forward: each chunk's
+// logits exist only while the chunk is processed, its per-token loss is made whole over TP
+// at once, and the gradient of kd_factor * kd + ce_factor * ce with respect to the student
+// head's input and weight accumulates chunk by chunk; backward scales it by the incoming
+// gradient (in place). Outputs: that total (differentiable), and kd and ce (not).
+struct FusedHeadLogitDistillation : torch::autograd::Function<FusedHeadLogitDistillation> {
+  static variable_list forward(AutogradContext* ctx, torch::Tensor xs, torch::Tensor ws,
+                               torch::Tensor xt, torch::Tensor wt, torch::Tensor w,
+                               torch::Tensor targets, LossSetup L, double kd_factor,
+                               double ce_factor) {
+    TokenStats st = empty_stats(L, targets, xs.options());
+    torch::Tensor wsr = ws.narrow(0, 0, L.real), wtr = wt.narrow(0, 0, L.real);
+    const bool want_x = xs.requires_grad(), want_w = ws.requires_grad();
+    torch::Tensor grad_x = want_x ? torch::empty_like(xs) : torch::Tensor();
+    torch::Tensor grad_w = want_w ? torch::zeros_like(ws) : torch::Tensor();
+    auto [kd_coefficient, ce_coefficient] =
+        coefficients(L, w, torch::tensor({kd_factor, ce_factor}, torch::dtype(w.scalar_type())));
+    for (int64_t start = 0; start < L.n; start += L.chunk) {
+      const int64_t len = std::min(L.chunk, L.n - start);
+      torch::Tensor xs_c = xs.narrow(0, start, len);
+      torch::Tensor sr = torch::matmul(xs_c, wsr.t());
+      torch::Tensor tr = torch::matmul(xt.narrow(0, start, len), wtr.t());
+      forward_chunk(L, st, sr, tr, start, len);
+      // This chunk's per-token loss (and target logits) whole over TP now: its gradient
+      // needs them.
+      torch::Tensor per_token = st.per_token.narrow(0, start, len);
+      tp_reduce(per_token, L.group, parallel::ReduceOp::Sum);
+      if (L.dense()) {
+        torch::Tensor lse_s = st.lse_s.narrow(0, start, len);
+        per_token +=
+            L.kind == LogitLoss::forward_kl ? lse_s - st.lse_t.narrow(0, start, len) : lse_s;
+      }
+      if (L.with_ce) {
+        torch::Tensor target_logit = st.target_logit.narrow(0, start, len);
+        tp_reduce(target_logit, L.group, parallel::ReduceOp::Sum);
+      }
+      if (!want_x && !want_w) continue;
+      torch::Tensor out = torch::empty({len, L.real}, xs.options());
+      gradient_chunk(L, st, out, sr, tr, kd_coefficient, ce_coefficient, start, len);
+      if (want_x) grad_x.narrow(0, start, len).copy_(torch::matmul(out, wsr));
+      if (want_w) grad_w.narrow(0, 0, L.real).addmm_(out.t(), xs_c);
+    }
+    torch::Tensor kd = (st.per_token * w).sum() * L.scale;
+    torch::Tensor ce =
+        L.with_ce ? ((st.lse_1 - st.target_logit) * w).sum() : torch::zeros({}, w.options());
+    torch::Tensor total = kd * kd_factor + ce * ce_factor;
+    ctx->save_for_backward({grad_x, grad_w});
+    ctx->mark_non_differentiable({kd, ce});
+    return {total, kd, ce};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    auto saved = ctx->get_saved_variables();
+    const torch::Tensor& g = grad_outputs[0];
+    variable_list result(9);
+    if (saved[0].defined()) result[0] = saved[0].mul_(g);  // ours alone: scaled in place
+    if (saved[1].defined()) result[1] = saved[1].mul_(g);
+    return result;
+  }
+};
+
 LossSetup make_setup(int64_t n, int64_t local, const torch::Tensor& targets, int64_t vocab_size,
                      const LogitLossOptions& o, const layers::TensorParallel& tp) {
   if (o.teacher_top_k > 0 && o.kind == LogitLoss::reverse_kl)
@@ -388,9 +448,9 @@ std::pair<torch::Tensor, torch::Tensor> logit_distillation_and_lm_sums(
       targets.defined() ? targets.reshape({-1}) : torch::zeros({0}, torch::kLong);
   const LossSetup setup =
       make_setup(student.numel() / local, local, flat_targets, vocab_size, o, tp);
-  torch::Tensor both = LogitDistillation::apply(
-      student.reshape({-1, local}), teacher.detach().reshape({-1, local}),
-      weight.reshape({-1}).to(student.scalar_type()), flat_targets, setup);
+  torch::Tensor both =
+      LogitDistillation::apply(student.reshape({-1, local}), teacher.detach().reshape({-1, local}),
+                               weight.reshape({-1}).to(student.scalar_type()), flat_targets, setup);
   return {both[0], both[1]};
 }
 
@@ -408,6 +468,31 @@ std::pair<torch::Tensor, torch::Tensor> logit_distillation_and_lm_sums_from_head
       xs, student.weight, teacher.input.detach().reshape({-1, teacher.input.size(-1)}),
       teacher.weight.detach(), weight.reshape({-1}).to(xs.scalar_type()), flat_targets, setup);
   return {both[0], both[1]};
+}
+
+FusedLogitLoss logit_distillation_total_from_heads(
+    const HeadInput& student, const HeadInput& teacher, const torch::Tensor& weight,
+    const torch::Tensor& targets, int64_t vocab_size, const LogitLossOptions& o,
+    const layers::TensorParallel& tp, double kd_factor, double ce_factor) {
+  const int64_t local = student.weight.size(0);
+  TORCH_CHECK(teacher.weight.size(0) == local, "student and teacher vocabulary slices differ");
+  torch::Tensor xs = student.input.reshape({-1, student.input.size(-1)});
+  torch::Tensor flat_targets =
+      targets.defined() ? targets.reshape({-1}) : torch::zeros({0}, torch::kLong);
+  const LossSetup setup = make_setup(xs.size(0), local, flat_targets, vocab_size, o, tp);
+  torch::Tensor xt = teacher.input.detach().reshape({-1, teacher.input.size(-1)});
+  torch::Tensor w = weight.reshape({-1}).to(xs.scalar_type());
+  variable_list out;
+  if (torch::GradMode::is_enabled()) {
+    out = FusedHeadLogitDistillation::apply(xs, student.weight, xt, teacher.weight.detach(), w,
+                                            flat_targets, setup, kd_factor, ce_factor);
+  } else {  // nothing to differentiate: the same forward, no gradients formed
+    AutogradContext unused;
+    out = FusedHeadLogitDistillation::forward(&unused, xs.detach(), student.weight.detach(), xt,
+                                              teacher.weight.detach(), w, flat_targets, setup,
+                                              kd_factor, ce_factor);
+  }
+  return {out[0], out[1], out[2]};
 }
 
 torch::Tensor logit_distillation_sum(const torch::Tensor& student, const torch::Tensor& teacher,

@@ -49,4 +49,16 @@ std::pair<torch::Tensor, torch::Tensor> logit_distillation_and_lm_sums_from_head
     const torch::Tensor& targets, int64_t vocab_size, const LogitLossOptions& options,
     const layers::TensorParallel& tp);
 
+// The weighted total kd_factor * kd + ce_factor * ce with both heads fused in and its
+// gradient formed in forward, chunk by chunk (no [tokens, vocab] tensor exists beyond one
+// chunk, none is kept, none recomputed); backward scales the gradient of the student head's
+// input and weight. kd and ce come back as plain values, for logging.
+struct FusedLogitLoss {
+  torch::Tensor total, kd_sum, ce_sum;
+};
+FusedLogitLoss logit_distillation_total_from_heads(
+    const HeadInput& student, const HeadInput& teacher, const torch::Tensor& weight,
+    const torch::Tensor& targets, int64_t vocab_size, const LogitLossOptions& options,
+    const layers::TensorParallel& tp, double kd_factor, double ce_factor);
+
 }  // namespace retort::distill

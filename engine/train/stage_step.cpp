@@ -123,25 +123,19 @@ double StageStep::train(parallel::Communicator& pp, const std::vector<MicroBatch
       torch::Tensor head;
       if (!distiller) {
         head = student.head_loss_sum(x, b.targets) / target_count;
-      } else if (student.recompute().mode == layers::Checkpointing::full) {
-        // Full checkpointing keeps no [tokens, vocab] logits either: the heads are fused
-        // into the losses and their logits recomputed chunk by chunk in backward.
+      } else {
+        // The heads are fused into the losses: no [tokens, vocab] logits outlive a chunk.
+        // Full checkpointing keeps only the head inputs and forms the logits again in
+        // backward; otherwise the gradient is formed in forward.
         distill::HeadInput teacher_head;
         if (distiller->needs_teacher_logits()) {
           MemoryScope teacher_memory(MemoryCategory::teacher_activations);
           teacher_head = teacher->head_input(t);
         }
+        const bool recompute = student.recompute().mode == layers::Checkpointing::full;
         head = distiller->output_loss_from_heads(
-            {student.head_input(x), student.head_weight()}, teacher_head, b.targets,
-            target_count, student.config().vocab_size, student.head_chunk_tokens(), &terms);
-      } else {
-        torch::Tensor teacher_logits;
-        if (distiller->needs_teacher_logits()) {
-          MemoryScope teacher_memory(MemoryCategory::teacher_activations);
-          teacher_logits = teacher->head_logits(t);
-        }
-        head = distiller->output_loss(student.head_logits(x), teacher_logits, b.targets,
-                                      target_count, student.config().vocab_size, &terms);
+            {student.head_input(x), student.head_weight()}, teacher_head, b.targets, target_count,
+            student.config().vocab_size, student.head_chunk_tokens(), recompute, &terms);
       }
       loss = loss.defined() ? loss + head : head;
     }
