@@ -71,13 +71,13 @@ torch::Tensor LlamaModel::head_logits(const torch::Tensor& hidden) const {
   return mask_padded_logits(unmasked_logits(hidden), config_.vocab_size, tp_);
 }
 
-torch::Tensor LlamaModel::head_loss_sum(const torch::Tensor& hidden,
-                                        const torch::Tensor& targets) const {
+torch::Tensor LlamaModel::head_loss_sum(const torch::Tensor& hidden, const torch::Tensor& targets,
+                                        HeadGradSink* weight_grad_sink) const {
   if (head_chunk_tokens_ <= 0)
     return vocab_parallel_cross_entropy(unmasked_logits(hidden), targets, config_.vocab_size, tp_)
         .sum();
-  return fused_head_cross_entropy_sum(head_input(hidden), lm_head_, targets, config_.vocab_size, tp_,
-                                      head_chunk_tokens_);
+  return fused_head_cross_entropy_sum(head_input(hidden), lm_head_, targets, config_.vocab_size,
+                                      tp_, head_chunk_tokens_, weight_grad_sink);
 }
 
 torch::Tensor LlamaModel::forward(const torch::Tensor& tokens, CaptureSink* sink) const {

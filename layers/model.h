@@ -15,6 +15,7 @@
 
 #include "layers/block.h"
 #include "layers/capture.h"
+#include "layers/head_grad_sink.h"
 #include "layers/model_config.h"
 #include "layers/parameters.h"
 #include "layers/tensor_parallel.h"
@@ -53,7 +54,9 @@ class LlamaModel {
   // [padded_vocab / tp, h] weight.
   torch::Tensor head_input(const torch::Tensor& hidden) const;
   const torch::Tensor& head_weight() const { return lm_head_; }
-  torch::Tensor head_loss_sum(const torch::Tensor& hidden, const torch::Tensor& targets) const;
+  // weight_grad_sink (fused head only): the head weight's gradient goes there, not to autograd.
+  torch::Tensor head_loss_sum(const torch::Tensor& hidden, const torch::Tensor& targets,
+                              HeadGradSink* weight_grad_sink = nullptr) const;
 
   const ModelConfig& config() const { return config_; }
   const TensorParallel& tensor_parallel() const { return tp_; }

@@ -33,9 +33,9 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
     torch::Tensor in_range = (t >= vocab_start) & (t < vocab_start + local);
     torch::Tensor local_index = torch::where(in_range, t - vocab_start, torch::zeros_like(t));
     // where(), not a product with the mask: a rank holding only padding has -inf logits.
-    torch::Tensor target_logit = torch::where(
-        in_range, shifted.gather(1, local_index.unsqueeze(1)).squeeze(1),
-        torch::zeros({}, shifted.options()));
+    torch::Tensor target_logit =
+        torch::where(in_range, shifted.gather(1, local_index.unsqueeze(1)).squeeze(1),
+                     torch::zeros({}, shifted.options()));
     target_logit = target_logit.contiguous();
     all_reduce(target_logit, group, parallel::ReduceOp::Sum);
 
@@ -59,20 +59,20 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
     torch::Tensor grad = softmax * g.unsqueeze(-1);
     grad.scatter_add_(1, local_index.unsqueeze(1), (-g * hit.to(g.dtype())).unsqueeze(1));
     auto shape = ctx->saved_data["shape"].toIntVector();
-    return {grad.view(shape), torch::Tensor(), torch::Tensor(), torch::Tensor(),
-            torch::Tensor()};
+    return {grad.view(shape), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
 // The fused head: the loss, and when asked the gradients for a unit upstream gradient.
 struct FusedHeadResult {
   torch::Tensor loss_sum, grad_x, grad_weight;
+  torch::Tensor max, sum_exp;  // per token, when asked: what backward needs to re-form softmax
 };
 
 FusedHeadResult fused_head_forward(const torch::Tensor& x2d, const torch::Tensor& weight,
-                                   const torch::Tensor& t, int64_t vocab_start,
-                                   int64_t vocab_size, parallel::Communicator* group,
-                                   int64_t chunk, bool want_x, bool want_weight) {
+                                   const torch::Tensor& t, int64_t vocab_start, int64_t vocab_size,
+                                   parallel::Communicator* group, int64_t chunk, bool want_x,
+                                   bool want_weight, bool want_stats = false) {
   const int64_t n = x2d.size(0), local = weight.size(0);
   torch::Tensor ids = torch::arange(vocab_start, vocab_start + local, t.options());
   torch::Tensor padded = ids >= vocab_size;
@@ -81,6 +81,10 @@ FusedHeadResult fused_head_forward(const torch::Tensor& x2d, const torch::Tensor
   r.loss_sum = torch::zeros({}, x2d.options());
   if (want_x) r.grad_x = torch::empty_like(x2d);
   if (want_weight) r.grad_weight = torch::zeros_like(weight);
+  if (want_stats) {
+    r.max = torch::empty({n}, x2d.options());
+    r.sum_exp = torch::empty({n}, x2d.options());
+  }
   for (int64_t start = 0; start < n; start += chunk) {
     const int64_t len = std::min(chunk, n - start);
     torch::Tensor xc = x2d.narrow(0, start, len), tc = t.narrow(0, start, len);
@@ -100,6 +104,10 @@ FusedHeadResult fused_head_forward(const torch::Tensor& x2d, const torch::Tensor
     z.exp_();
     torch::Tensor sum_exp = z.sum(-1).contiguous();
     all_reduce(sum_exp, group, parallel::ReduceOp::Sum);
+    if (want_stats) {
+      r.max.narrow(0, start, len).copy_(max);
+      r.sum_exp.narrow(0, start, len).copy_(sum_exp);
+    }
     torch::Tensor keep = tc.ne(kIgnore).to(z.dtype());
     r.loss_sum += ((sum_exp.log() - target_logit) * keep).sum();
     if (!want_x && !want_weight) continue;
@@ -117,9 +125,8 @@ struct FusedHeadCrossEntropy : torch::autograd::Function<FusedHeadCrossEntropy> 
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x2d, torch::Tensor weight,
                                torch::Tensor targets, int64_t vocab_start, int64_t vocab_size,
                                parallel::Communicator* group, int64_t chunk) {
-    FusedHeadResult r =
-        fused_head_forward(x2d, weight, targets, vocab_start, vocab_size, group, chunk,
-                           x2d.requires_grad(), weight.requires_grad());
+    FusedHeadResult r = fused_head_forward(x2d, weight, targets, vocab_start, vocab_size, group,
+                                           chunk, x2d.requires_grad(), weight.requires_grad());
     ctx->save_for_backward({r.grad_x, r.grad_weight});
     return r.loss_sum;
   }
@@ -131,8 +138,91 @@ struct FusedHeadCrossEntropy : torch::autograd::Function<FusedHeadCrossEntropy> 
     // head exists to avoid.
     torch::Tensor grad_x = saved[0].defined() ? saved[0].mul_(g) : torch::Tensor();
     torch::Tensor grad_weight = saved[1].defined() ? saved[1].mul_(g) : torch::Tensor();
-    return {grad_x,         grad_weight,    torch::Tensor(), torch::Tensor(),
+    return {grad_x,          grad_weight,     torch::Tensor(), torch::Tensor(),
             torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+// The same loss with the weight's gradient delivered to a HeadGradSink in blocks of rows:
+// forward keeps the input, the per-token max and sum of exponentials (and forms d/dx as
+// above); backward forms the softmax again block by block (the same element-wise steps as
+// the forward, so the same values) and each block's gradient, chunk of tokens by chunk.
+struct StreamedHeadCrossEntropy : torch::autograd::Function<StreamedHeadCrossEntropy> {
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x2d, torch::Tensor weight,
+                               torch::Tensor targets, int64_t vocab_start, int64_t vocab_size,
+                               parallel::Communicator* group, int64_t chunk, HeadGradSink* sink) {
+    FusedHeadResult r = fused_head_forward(x2d, weight, targets, vocab_start, vocab_size, group,
+                                           chunk, x2d.requires_grad(), false, true);
+    ctx->save_for_backward({x2d, weight, targets, r.max, r.sum_exp, r.grad_x});
+    ctx->saved_data["vocab_start"] = vocab_start;
+    ctx->saved_data["vocab_size"] = vocab_size;
+    ctx->saved_data["chunk"] = chunk;
+    ctx->saved_data["sink"] = reinterpret_cast<int64_t>(sink);
+    return r.loss_sum;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    auto saved = ctx->get_saved_variables();
+    const torch::Tensor &x2d = saved[0], &weight = saved[1], &t = saved[2];
+    const torch::Tensor &max = saved[3], &sum_exp = saved[4];
+    const torch::Tensor& g = grad_outputs[0];
+    const int64_t vocab_start = ctx->saved_data["vocab_start"].toInt();
+    const int64_t vocab_size = ctx->saved_data["vocab_size"].toInt();
+    const int64_t chunk = ctx->saved_data["chunk"].toInt();
+    auto* sink = reinterpret_cast<HeadGradSink*>(ctx->saved_data["sink"].toInt());
+    torch::NoGradGuard no_grad;
+    const int64_t n = x2d.size(0), local = weight.size(0);
+    const int64_t block = std::max<int64_t>(1, sink->block_rows(local));
+    torch::Tensor keep = t.ne(kIgnore).to(x2d.scalar_type());
+    for (int64_t row = 0; row < local; row += block) {
+      const int64_t rows = std::min(block, local - row), first_id = vocab_start + row;
+      torch::Tensor w = weight.narrow(0, row, rows);
+      torch::Tensor padded = torch::arange(first_id, first_id + rows, t.options()) >= vocab_size;
+      const bool any_padded = first_id + rows > vocab_size;
+      torch::Tensor grad = torch::zeros({rows, weight.size(1)}, weight.options());
+      for (int64_t start = 0; start < n; start += chunk) {
+        const int64_t len = std::min(chunk, n - start);
+        torch::Tensor xc = x2d.narrow(0, start, len), tc = t.narrow(0, start, len);
+        torch::Tensor kc = keep.narrow(0, start, len);
+        torch::Tensor z = torch::matmul(xc, w.t());
+        if (any_padded) z.masked_fill_(padded, -std::numeric_limits<double>::infinity());
+        z.sub_(max.narrow(0, start, len).unsqueeze(-1)).exp_();
+        z.div_(sum_exp.narrow(0, start, len).unsqueeze(-1)).mul_(kc.unsqueeze(-1));
+        torch::Tensor in_block = (tc >= first_id) & (tc < first_id + rows);
+        torch::Tensor index = torch::where(in_block, tc - first_id, torch::zeros_like(tc));
+        z.scatter_add_(1, index.unsqueeze(1),
+                       (-kc * (in_block & tc.ne(kIgnore)).to(z.dtype())).unsqueeze(1));
+        grad.addmm_(z.t(), xc);
+      }
+      sink->take_rows(row, grad.mul_(g));
+    }
+    torch::Tensor grad_x = saved[5].defined() ? saved[5].mul_(g) : torch::Tensor();
+    return {grad_x,          torch::Tensor(), torch::Tensor(), torch::Tensor(),
+            torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+// An embedding lookup with a row-sparse gradient (one row per token, uncoalesced, as
+// torch's sparse embedding backward gives) that saves the indices only: torch's saves the
+// weight, whose version check would refuse rows stepped before backward reaches the lookup
+// (optimizer-in-backward steps the tied head's rows first).
+struct SparseRowLookup : torch::autograd::Function<SparseRowLookup> {
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor weight, torch::Tensor index) {
+    ctx->save_for_backward({index});
+    ctx->saved_data["rows"] = weight.size(0);
+    auto shape = index.sizes().vec();
+    shape.push_back(weight.size(1));
+    return weight.index_select(0, index.reshape({-1})).view(shape);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    const torch::Tensor index = ctx->get_saved_variables()[0].reshape({1, -1});
+    const torch::Tensor& grad = grad_outputs[0];
+    const int64_t width = grad.size(-1);
+    torch::Tensor values = grad.reshape({-1, width});
+    return {torch::_sparse_coo_tensor_unsafe(
+                index, values, {ctx->saved_data["rows"].toInt(), width}, grad.options()),
+            torch::Tensor()};
   }
 };
 
@@ -140,7 +230,8 @@ struct FusedHeadCrossEntropy : torch::autograd::Function<FusedHeadCrossEntropy> 
 
 torch::Tensor fused_head_cross_entropy_sum(const torch::Tensor& x, const torch::Tensor& weight,
                                            const torch::Tensor& targets, int64_t vocab_size,
-                                           const TensorParallel& tp, int64_t chunk_tokens) {
+                                           const TensorParallel& tp, int64_t chunk_tokens,
+                                           HeadGradSink* weight_grad_sink) {
   TORCH_CHECK(chunk_tokens > 0, "fused head: chunk_tokens must be positive");
   const int64_t start = tp.rank() * weight.size(0);
   torch::Tensor x2d = x.reshape({-1, x.size(-1)});
@@ -149,14 +240,18 @@ torch::Tensor fused_head_cross_entropy_sum(const torch::Tensor& x, const torch::
     return fused_head_forward(x2d, weight, t, start, vocab_size, tp.group, chunk_tokens, false,
                               false)
         .loss_sum;
+  if (weight_grad_sink && weight.requires_grad())
+    return StreamedHeadCrossEntropy::apply(x2d, weight, t, start, vocab_size, tp.group,
+                                           chunk_tokens, weight_grad_sink);
   return FusedHeadCrossEntropy::apply(x2d, weight, t, start, vocab_size, tp.group, chunk_tokens);
 }
 
 torch::Tensor vocab_parallel_embedding(const torch::Tensor& tokens, const torch::Tensor& weight,
                                        const TensorParallel& tp, bool sparse_grad) {
   auto lookup = [&](const torch::Tensor& index) {
-    return torch::embedding(weight, index, /*padding_idx=*/-1, /*scale_grad_by_freq=*/false,
-                            sparse_grad);
+    if (sparse_grad && weight.requires_grad() && torch::GradMode::is_enabled())
+      return SparseRowLookup::apply(weight, index);
+    return torch::embedding(weight, index, /*padding_idx=*/-1, /*scale_grad_by_freq=*/false, false);
   };
   if (tp.size() == 1) return lookup(tokens);
   const int64_t local = weight.size(0), start = tp.rank() * local;

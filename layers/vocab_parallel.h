@@ -6,6 +6,7 @@
 #pragma once
 #include <torch/torch.h>
 
+#include "layers/head_grad_sink.h"
 #include "layers/tensor_parallel.h"
 
 namespace retort::layers {
@@ -30,9 +31,12 @@ torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits,
 // (the softmax minus one-hot times the chunk's input), which backward scales by the incoming
 // gradient: no logits are saved and none recomputed. Returns a scalar, the same on every
 // TP rank; d/dx is this rank's partial (summed by enter_column's backward).
+// With weight_grad_sink, d/dweight is not formed in forward: backward forms it again block of
+// rows by block (one more head matmul) and hands each block to the sink, not to autograd.
 torch::Tensor fused_head_cross_entropy_sum(const torch::Tensor& x, const torch::Tensor& weight,
                                            const torch::Tensor& targets, int64_t vocab_size,
-                                           const TensorParallel& tp, int64_t chunk_tokens);
+                                           const TensorParallel& tp, int64_t chunk_tokens,
+                                           HeadGradSink* weight_grad_sink = nullptr);
 
 // Sets the logits of padded vocabulary rows to -inf (for consumers of raw logits).
 torch::Tensor mask_padded_logits(const torch::Tensor& logits, int64_t vocab_size,

@@ -21,7 +21,53 @@ void AdamW::step_parameter(size_t index, double lr) {
   layers::Parameter& p = store_.all()[index];
   AdamState& s = states_[index];
   if (!s.exp_avg.defined() || !p.value.grad().defined()) return;
-  TORCH_CHECK(steps_ > 0, "AdamW::step_parameter before begin_step(): no step counted");
+  update(p, p.value, p.value.grad(), s.exp_avg, s.exp_avg_sq, lr);
+}
+
+void AdamW::step_rows(size_t index, int64_t row_begin, const torch::Tensor& grad_rows, double lr,
+                      const torch::Tensor& skip) {
+  layers::Parameter& p = store_.all()[index];
+  AdamState& s = states_[index];
+  if (!s.exp_avg.defined()) return;
+  torch::NoGradGuard no_grad;
+  const int64_t rows = grad_rows.size(0);
+  torch::Tensor value = p.value.narrow(0, row_begin, rows);
+  torch::Tensor m = s.exp_avg.narrow(0, row_begin, rows),
+                v = s.exp_avg_sq.narrow(0, row_begin, rows);
+  // The skipped rows are few: keep them aside and put them back, rather than gather the rest.
+  const bool skipping = skip.defined() && skip.numel() > 0;
+  torch::Tensor kept_value, kept_m, kept_v;
+  if (skipping) {
+    kept_value = value.index_select(0, skip);
+    kept_m = m.index_select(0, skip);
+    kept_v = v.index_select(0, skip);
+  }
+  update(p, value, grad_rows, m, v, lr);
+  if (skipping) {
+    value.index_copy_(0, skip, kept_value);
+    m.index_copy_(0, skip, kept_m);
+    v.index_copy_(0, skip, kept_v);
+  }
+}
+
+void AdamW::step_row_list(size_t index, const torch::Tensor& rows, const torch::Tensor& grad_rows,
+                          double lr) {
+  layers::Parameter& p = store_.all()[index];
+  AdamState& s = states_[index];
+  if (!s.exp_avg.defined() || rows.numel() == 0) return;
+  torch::NoGradGuard no_grad;
+  torch::Tensor value = p.value.index_select(0, rows), m = s.exp_avg.index_select(0, rows),
+                v = s.exp_avg_sq.index_select(0, rows);
+  update(p, value, grad_rows, m, v, lr);
+  p.value.index_copy_(0, rows, value);
+  s.exp_avg.index_copy_(0, rows, m);
+  s.exp_avg_sq.index_copy_(0, rows, v);
+}
+
+void AdamW::update(const layers::Parameter& p, const torch::Tensor& value_in,
+                   const torch::Tensor& grad, const torch::Tensor& m_in, const torch::Tensor& v_in,
+                   double lr) const {
+  TORCH_CHECK(steps_ > 0, "AdamW: a parameter stepped before begin_step(): no step counted");
   torch::NoGradGuard no_grad;
   const double step_lr = lr * p.spec.lr_scale;
   const double bias1 = 1.0 - std::pow(config_.beta1, double(steps_));
@@ -31,12 +77,12 @@ void AdamW::step_parameter(size_t index, double lr) {
   // denominator) stays a slice, not a copy of the largest parameter (the [vocab, h] embedding
   // would otherwise add its size to the step's peak, twice).
   constexpr int64_t kSliceElements = 1 << 18;
-  const torch::Tensor& grad = p.value.grad();
-  const bool flat = p.value.is_contiguous() && grad.is_contiguous();
-  torch::Tensor value = flat ? p.value.view({-1}) : p.value;
+  const bool flat = value_in.is_contiguous() && grad.is_contiguous() && m_in.is_contiguous() &&
+                    v_in.is_contiguous();
+  torch::Tensor value = flat ? value_in.view({-1}) : value_in;
   torch::Tensor g = flat ? grad.view({-1}) : grad;
-  torch::Tensor m = flat ? s.exp_avg.view({-1}) : s.exp_avg;
-  torch::Tensor v = flat ? s.exp_avg_sq.view({-1}) : s.exp_avg_sq;
+  torch::Tensor m = flat ? m_in.view({-1}) : m_in;
+  torch::Tensor v = flat ? v_in.view({-1}) : v_in;
   const int64_t n = flat ? value.numel() : 1, slice = flat ? kSliceElements : 1;
   for (int64_t start = 0; start < n; start += slice) {
     const int64_t len = std::min(slice, n - start);

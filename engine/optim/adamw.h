@@ -31,6 +31,14 @@ class AdamW {
   // once, then step_parameter(i, lr) updates parameter i from its .grad() at lr * lr_scale.
   void begin_step() { ++steps_; }
   void step_parameter(size_t index, double lr);
+  // Rows [row_begin, row_begin + grad_rows.size(0)) of parameter i from grad_rows, except
+  // the block-relative rows `skip` (int64; undefined = none), which keep value and state.
+  // For a gradient that arrives in row blocks (the LM head's under optimizer-in-backward).
+  void step_rows(size_t index, int64_t row_begin, const torch::Tensor& grad_rows, double lr,
+                 const torch::Tensor& skip = {});
+  // The rows `rows` (int64, distinct) of parameter i from grad_rows [rows, ...].
+  void step_row_list(size_t index, const torch::Tensor& rows, const torch::Tensor& grad_rows,
+                     double lr);
 
   int64_t steps() const { return steps_; }
   void set_steps(int64_t steps) { steps_ = steps; }
@@ -38,6 +46,11 @@ class AdamW {
   int64_t state_bytes() const;
 
  private:
+  // The AdamW update of p's elements `value` with state m, v from grad, in place; all four
+  // the same shape (the whole parameter or some of its rows).
+  void update(const layers::Parameter& p, const torch::Tensor& value, const torch::Tensor& grad,
+              const torch::Tensor& m, const torch::Tensor& v, double lr) const;
+
   layers::ParameterStore& store_;
   OptimizerConfig config_;
   std::vector<AdamState> states_;  // parallel to store_.all()

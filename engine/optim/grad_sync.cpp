@@ -56,7 +56,8 @@ GradientSync::GradientSync(layers::ParameterStore& store, parallel::Mesh& mesh,
       options_.complete_in_backward && mesh_.dp().size() == 1 ? 0 : options_.bucket_bytes;
   for (size_t k = store.all().size(); k-- > 0;) {
     const layers::Parameter& p = store.all()[k];
-    if (p.spec.frozen()) continue;
+    if (p.spec.frozen() || std::count(options_.streamed.begin(), options_.streamed.end(), k))
+      continue;
     if (tied_across_stages && p.spec.name == kTiedName) {
       tied.params.push_back(k);
       continue;
@@ -89,7 +90,12 @@ GradientSync::GradientSync(layers::ParameterStore& store, parallel::Mesh& mesh,
 GradientSync::~GradientSync() = default;
 
 void GradientSync::on_grad_ready(size_t param) {
-  if (!armed_ || bucket_of_[param] < 0) return;
+  if (!armed_) return;
+  if (bucket_of_[param] < 0) {
+    if (on_streamed_ready_ && std::count(options_.streamed.begin(), options_.streamed.end(), param))
+      on_streamed_ready_(param);
+    return;
+  }
   Bucket& bucket = buckets_[bucket_of_[param]];
   if (++bucket.ready == int(bucket.params.size()) && !bucket.deferred) {
     launch(bucket);
@@ -171,6 +177,8 @@ void GradientSync::finish() {
     if (!bucket.launched) launch(bucket);
     complete(bucket);
   }
+  if (on_streamed_ready_)
+    for (size_t k : options_.streamed) on_streamed_ready_(k);
   armed_ = false;
 }
 

@@ -41,6 +41,9 @@ struct GradSyncOptions {
   bool zero = false;                  // ZeRO-1 over DP: reduce-scatter to owners
   bool tied_embeddings = false;       // sum embed.weight over the mesh's embedding group
   bool complete_in_backward = false;  // optimizer-in-backward: on_final during backward
+  // Parameters whose gradient reaches the optimizer another way (HeadRowStepper): no bucket;
+  // their grad-ready event during the last backward, and finish(), call on_streamed_ready.
+  std::vector<size_t> streamed;
 };
 
 class GradientSync {
@@ -64,6 +67,9 @@ class GradientSync {
   // The group over which final gradients are sharded (ZeRO's DP group), else null.
   parallel::Communicator* sharded_over() { return zero_ ? &mesh_.dp() : nullptr; }
   void set_on_final(std::function<void(size_t param)> on_final) { on_final_ = std::move(on_final); }
+  void set_on_streamed_ready(std::function<void(size_t param)> ready) {
+    on_streamed_ready_ = std::move(ready);
+  }
 
   size_t bucket_count() const { return buckets_.size(); }
   // Buckets launched from a hook during the last step's backward.
@@ -98,7 +104,7 @@ class GradientSync {
   std::vector<int> bucket_of_;
   bool armed_ = false;
   int64_t finished_early_ = 0, completed_early_ = 0;
-  std::function<void(size_t)> on_final_;
+  std::function<void(size_t)> on_final_, on_streamed_ready_;
   std::unique_ptr<GradReadyHooks> hooks_;
 };
 

@@ -122,7 +122,9 @@ double StageStep::train(parallel::Communicator& pp, const std::vector<MicroBatch
     if (stage.head) {
       torch::Tensor head;
       if (!distiller) {
-        head = student.head_loss_sum(x, b.targets) / target_count;
+        // The last micro-batch's backward makes the head weight's gradient final.
+        layers::HeadGradSink* sink = m + 1 == micro_batches ? head_grad_sink_ : nullptr;
+        head = student.head_loss_sum(x, b.targets, sink) / target_count;
       } else {
         // The heads are fused into the losses: no [tokens, vocab] logits outlive a chunk.
         // Full checkpointing keeps only the head inputs and forms the logits again in

@@ -50,6 +50,9 @@ class StageStep {
   double train(parallel::Communicator& pp, const std::vector<MicroBatch>& micro,
                double target_count, int64_t step, GradientSync& sync, StepInspector* inspector,
                distill::LossTerms& terms, StepTimes& times);
+  // Optimizer-in-backward: the LM head weight's gradient of each step's last micro-batch
+  // goes to `sink` (formed in backward, block by block), not to autograd.
+  void set_head_grad_sink(layers::HeadGradSink* sink) { head_grad_sink_ = sink; }
   // The summed LM loss of validation micro-batches (on the last stage; 0 on the others).
   double evaluate(parallel::Communicator& pp, const std::vector<MicroBatch>& micro);
 
@@ -65,6 +68,7 @@ class StageStep {
   layers::TensorParallel tp_;
   int64_t seq_len_;
   torch::ScalarType dtype_;
+  layers::HeadGradSink* head_grad_sink_ = nullptr;
 };
 
 }  // namespace retort::engine

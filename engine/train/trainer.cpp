@@ -84,6 +84,8 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
   sync.zero = config_.optimizer.zero_stage == 1;
   sync.tied_embeddings = config_.model.tied_embeddings;
   sync.complete_in_backward = config_.optimizer.in_backward;
+  const int64_t streamed_head = streamed_head_index();
+  if (streamed_head >= 0) sync.streamed.push_back(size_t(streamed_head));
   sync_ = std::make_unique<GradientSync>(*store_, mesh_, tp_, sync);
   {
     MemoryScope state(MemoryCategory::optimizer_state);
@@ -94,6 +96,16 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
   stage_step_ =
       std::make_unique<StageStep>(StageModels{model_.get(), teacher_.get(), distiller_.get()}, tp_,
                                   config_.data.seq_len, dtype_);
+  if (streamed_head >= 0) {
+    HeadRowStepOptions options;
+    options.index = size_t(streamed_head);
+    options.tied_here = config_.model.tied_embeddings;  // and so on this stage
+    options.vocab_start = tp_.rank() * store_->all()[options.index].value.size(0);
+    options.owner = sync_->zero() ? sync_->zero()->owner(options.index) : -1;
+    head_stepper_ = std::make_unique<HeadRowStepper>(*store_, *optimizer_, mesh_.dp(), options);
+    sync_->set_on_streamed_ready([this](size_t) { head_stepper_->complete(); });
+    stage_step_->set_head_grad_sink(head_stepper_.get());
+  }
   streams_ = build_sample_streams(config_.data, config_.seed);
 
   progress_.seed = config_.seed;
@@ -240,6 +252,19 @@ std::vector<MicroBatch> Trainer::read_micro_batches(double& target_count) {
   return micro;
 }
 
+int64_t Trainer::streamed_head_index() {
+  const layers::ModelStage& stage = model_->stage();
+  // The fused LM-only head streams its weight's gradient; a tied copy on the last pipeline
+  // stage is final only after the first stage's sum, so it steps whole at finish().
+  if (!config_.optimizer.in_backward || !stage.head || distiller_ ||
+      config_.memory.head_chunk_tokens <= 0 || (config_.model.tied_embeddings && !stage.embedding))
+    return -1;
+  const std::vector<layers::Parameter>& all = store_->all();
+  for (size_t k = 0; k < all.size(); ++k)
+    if (all[k].value.is_same(model_->head_weight())) return all[k].spec.frozen() ? -1 : int64_t(k);
+  return -1;
+}
+
 void Trainer::step_in_backward(size_t k) {
   layers::Parameter& p = store_->all()[k];
   grad_squares_[k] = grad_square(p);
@@ -265,6 +290,11 @@ StepResult Trainer::train_step() {
     optimizer_->begin_step();
     step_lr_ = result.lr;
     grad_squares_.assign(store_->all().size(), -1);
+    if (head_stepper_) {
+      std::vector<torch::Tensor> tokens;
+      for (const MicroBatch& b : micro) tokens.push_back(b.tokens);
+      head_stepper_->begin_step(tokens, result.lr);
+    }
   }
   if (distiller_ && distiller_->uses_activations())  // every stage reports every pair
     for (const distill::ActivationPair& pair : distiller_->pairs())
@@ -284,6 +314,7 @@ StepResult Trainer::train_step() {
 
   start = clock::now();
   if (in_backward) {
+    if (head_stepper_) grad_squares_[head_stepper_->index()] = head_stepper_->grad_square();
     result.grad_norm =
         grad_norm_from_squares(*store_, grad_squares_, tp_, sync_->sharded_over(), &mesh_.pp());
   } else {

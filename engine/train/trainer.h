@@ -20,6 +20,7 @@
 #include "engine/optim/adamw.h"
 #include "engine/optim/grad_hooks.h"
 #include "engine/optim/grad_sync.h"
+#include "engine/optim/head_row_step.h"
 #include "engine/optim/lr_schedule.h"
 #include "engine/train/stage_step.h"
 #include "engine/train/step_inspector.h"
@@ -52,6 +53,8 @@ class Trainer {
   AdamW& optimizer() { return *optimizer_; }
   GradientSync& gradient_sync() { return *sync_; }
   layers::ActivationOffloader* offloader() { return offloader_.get(); }
+  // Optimizer-in-backward with the fused LM head: its block-by-block stepper, else null.
+  const HeadRowStepper* head_stepper() const { return head_stepper_.get(); }
   const layers::TensorParallel& tensor_parallel() const { return tp_; }
   parallel::Mesh& mesh() { return mesh_; }
   void set_inspector(StepInspector* inspector) { inspector_ = inspector; }
@@ -68,6 +71,9 @@ class Trainer {
   // This step's micro-batches of this DP rank and the global number of target tokens.
   std::vector<MicroBatch> read_micro_batches(double& target_count);
   void clear_gradients();
+  // Optimizer-in-backward: the store index of the LM head weight when its gradient is
+  // stepped block by block (HeadRowStepper), else -1.
+  int64_t streamed_head_index();
   // Optimizer-in-backward: steps parameter k (its gradient final) and frees its gradient.
   void step_in_backward(size_t k);
   // The loss and its parts summed over pipeline stages, then over DP ranks.
@@ -90,6 +96,7 @@ class Trainer {
   std::unique_ptr<GradientSync> sync_;
   std::unique_ptr<StageStep> stage_step_;
   std::unique_ptr<layers::ActivationOffloader> offloader_;
+  std::unique_ptr<HeadRowStepper> head_stepper_;         // optimizer-in-backward, fused head
   std::unique_ptr<GradReadyHooks> gradient_accounting_;  // files gradients under their category
   double step_lr_ = 0;                // the learning rate of the step in progress
   std::vector<double> grad_squares_;  // optimizer-in-backward: squared norms before freeing

@@ -6,7 +6,8 @@
 // them together as without any: bitwise where the order of operations is unchanged (the
 // optimizer step inside backward; full checkpointing of plain training), otherwise losses
 // within 1e-6 relative in fp32, and losses and parameters within 1e-12 in float64. One rank runs
-// TP1; two ranks run STP2, DP2 with ZeRO-1 and PP2.
+// TP1; two ranks run STP2, DP2 without and with ZeRO-1, and PP2. Plain training runs with
+// untied and with tied embeddings (the head rows the lookup reaches step last).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -37,6 +38,18 @@ Run train(const std::string& config_file, std::vector<std::string> overrides) {
   Run run;
   for (int i = 0; i < 5; ++i) run.losses.push_back(trainer.train_step().loss);
   for (auto& p : trainer.parameters().all()) run.parameters.push_back(p.value.clone());
+  // Optimizer-in-backward on the head's stage of LM training steps the fused head's weight
+  // block by block; with tied embeddings some rows wait for the lookup.
+  const bool lm_head_here = trainer.stage().head && !config.distill.enabled;
+  if (config.optimizer.in_backward && lm_head_here) {
+    const HeadRowStepper* stepper = trainer.head_stepper();
+    const bool tied_copy = config.model.tied_embeddings && !trainer.stage().embedding;
+    EXPECT_EQ(stepper != nullptr, !tied_copy);
+    if (stepper) {
+      EXPECT_GT(stepper->rows_streamed(), 0);
+      EXPECT_EQ(stepper->rows_kept() > 0, config.model.tied_embeddings);
+    }
+  }
   if (layers::ActivationOffloader* offloader = trainer.offloader()) {
     EXPECT_GT(offloader->moved_out(), 0);
     EXPECT_EQ(offloader->moved_out(), offloader->moved_back());  // everything came back
@@ -86,17 +99,20 @@ std::vector<std::pair<std::string, std::vector<std::string>>> layouts() {
   if (world_size() == 1) return {{"TP1", {}}};
   if (world_size() == 2)
     return {{"STP2", {"parallel.tensor=2", "parallel.sequence_parallel=true"}},
+            {"DP2", {"parallel.data=2"}},
             {"DP2-Z1", {"parallel.data=2", "optimizer.zero_stage=1"}},
             {"PP2", {"parallel.pipeline=2"}}};
   return {};
 }
 
-void expect_variants_match_plain(const std::string& config_file, bool distilling) {
+void expect_variants_match_plain(const std::string& config_file, bool distilling,
+                                 const std::vector<std::string>& model_keys = {}) {
   ASSERT_FALSE(layouts().empty()) << "run with 1 or 2 ranks";
   for (const auto& [layout, layout_keys] : layouts())
     for (const std::string dtype : {"float32", "float64"}) {
       const double tolerance = dtype == "float32" ? 1e-6 : 1e-12;
       std::vector<std::string> base = layout_keys;
+      base.insert(base.end(), model_keys.begin(), model_keys.end());
       base.push_back("model.dtype=" + dtype);
       const Run plain = train(config_file, base);
       for (const Variant& variant : variants()) {
@@ -136,6 +152,11 @@ void expect_variants_match_plain(const std::string& config_file, bool distilling
 
 TEST(MemoryExactness, PlainTraining) {
   expect_variants_match_plain("consistency.yaml", false);
+}
+
+// Tied: the head's rows that the embedding lookup also reaches step last.
+TEST(MemoryExactness, PlainTrainingTiedEmbeddings) {
+  expect_variants_match_plain("consistency.yaml", false, {"model.tied_embeddings=true"});
 }
 
 TEST(MemoryExactness, Distillation) {

@@ -1,0 +1,114 @@
+// engine/optim/head_row_step.cpp: see head_row_step.h.
+#include "engine/optim/head_row_step.h"
+
+#include <algorithm>
+
+namespace retort::engine {
+
+HeadRowStepper::HeadRowStepper(layers::ParameterStore& store, AdamW& optimizer,
+                               parallel::Communicator& dp, const HeadRowStepOptions& options)
+    : store_(store), optimizer_(optimizer), dp_(dp), options_(options) {}
+
+void HeadRowStepper::begin_step(const std::vector<torch::Tensor>& tokens, double lr) {
+  torch::NoGradGuard no_grad;
+  lr_ = lr;
+  square_ = 0;
+  rows_streamed_ = 0;
+  pending_ = true;
+  const torch::Tensor& weight = store_.all()[options_.index].value;
+  const int64_t local = weight.size(0);
+  torch::Tensor reached = torch::zeros({local}, torch::kFloat);
+  if (options_.tied_here) {
+    for (const torch::Tensor& t : tokens) {
+      torch::Tensor rows = t.reshape({-1}).to(torch::kLong) - options_.vocab_start;
+      reached.index_fill_(0, rows.masked_select((rows >= 0) & (rows < local)), 1);
+    }
+    // Every DP rank steps the same rows from blocks, so the union over the group.
+    if (dp_.size() > 1) dp_.all_reduce(reached, parallel::ReduceOp::Max);
+  }
+  touched_ = reached.nonzero().reshape({-1});
+  position_ = torch::full({local}, -1, torch::kLong);
+  position_.index_copy_(0, touched_, torch::arange(touched_.numel(), torch::kLong));
+  kept_ = torch::zeros({touched_.numel(), weight.size(1)}, weight.options());
+  earlier_ = torch::Tensor();
+}
+
+int64_t HeadRowStepper::block_rows(int64_t rows) const {
+  const int64_t width = store_.all()[options_.index].value.size(1);
+  return std::max<int64_t>(1, std::min(options_.block_elements / width, (rows + 7) / 8));
+}
+
+void HeadRowStepper::take_rows(int64_t row_begin, torch::Tensor grad) {
+  torch::NoGradGuard no_grad;
+  layers::Parameter& p = store_.all()[options_.index];
+  const int64_t rows = grad.size(0);
+  const torch::Tensor& accumulated = p.value.grad();  // earlier micro-batches of the step
+  torch::Tensor positions = position_.narrow(0, row_begin, rows);
+  torch::Tensor kept_rows = (positions >= 0).nonzero().reshape({-1});  // block-relative
+  if (kept_rows.numel() > 0) {
+    // Their gradient is not final yet: the lookup's rows add to this micro-batch's part
+    // before earlier micro-batches' sum does, as autograd would add them.
+    torch::Tensor where = positions.index_select(0, kept_rows);
+    kept_.index_copy_(0, where, grad.index_select(0, kept_rows));
+    grad.index_fill_(0, kept_rows, 0);
+    if (accumulated.defined()) {
+      if (!earlier_.defined()) earlier_ = torch::zeros_like(kept_);
+      earlier_.index_copy_(0, where,
+                           accumulated.narrow(0, row_begin, rows).index_select(0, kept_rows));
+    }
+  }
+  if (accumulated.defined()) grad.add_(accumulated.narrow(0, row_begin, rows));
+  if (kept_rows.numel() > 0) grad.index_fill_(0, kept_rows, 0);
+  reduce(grad);
+  if (owns()) {
+    square_ += grad.square().sum().item<double>();
+    optimizer_.step_rows(options_.index, row_begin, grad, lr_, kept_rows);
+  }
+  rows_streamed_ += rows - kept_rows.numel();
+  // The last block: what earlier micro-batches accumulated has been used; the lookup's
+  // gradient lands alone.
+  if (row_begin + rows == p.value.size(0) && accumulated.defined()) p.value.mutable_grad().reset();
+}
+
+void HeadRowStepper::complete() {
+  if (!pending_) return;
+  pending_ = false;
+  torch::NoGradGuard no_grad;
+  layers::Parameter& p = store_.all()[options_.index];
+  const torch::Tensor& lookup = p.value.grad();
+  if (lookup.defined()) {
+    if (lookup.is_sparse()) {  // one row per token, added in order as a dense sum would
+      torch::Tensor where = position_.index_select(0, lookup._indices().reshape({-1}));
+      torch::Tensor valid = (where >= 0).nonzero().reshape({-1});
+      // Entries outside the kept rows are the zero rows of tokens another TP rank holds.
+      kept_.index_add_(0, where.index_select(0, valid), lookup._values().index_select(0, valid));
+    } else {
+      kept_.add_(lookup.index_select(0, touched_));
+    }
+    p.value.mutable_grad().reset();
+  }
+  if (earlier_.defined()) kept_.add_(earlier_);
+  earlier_ = torch::Tensor();
+  if (touched_.numel() == 0) return;
+  reduce(kept_);
+  if (owns()) {
+    square_ += kept_.square().sum().item<double>();
+    optimizer_.step_row_list(options_.index, touched_, kept_, lr_);
+  }
+  kept_ = torch::Tensor();
+}
+
+void HeadRowStepper::reduce(torch::Tensor& grad) {
+  if (dp_.size() == 1) return;
+  if (options_.owner < 0) {
+    dp_.all_reduce(grad);
+    return;
+  }
+  std::vector<int64_t> counts(dp_.size(), 0);
+  counts[options_.owner] = grad.numel();
+  torch::Tensor mine = torch::empty({counts[dp_.rank()]}, grad.options());
+  dp_.reduce_scatter_v_async(grad.reshape({-1}), mine, counts).wait();
+  if (owns()) grad.view({-1}).copy_(mine);
+}
+
+}  // namespace retort::engine

@@ -1,0 +1,69 @@
+// engine/optim/head_row_step.h: optimizer-in-backward for the LM head weight, block of
+// vocabulary rows by block as the fused head's backward forms its gradient (a
+// layers::HeadGradSink), so the [vocab, hidden] gradient never exists whole. Each block is
+// summed over DP (an all-reduce, or under ZeRO-1 a reduction to the weight's owner) and
+// stepped at once, with what earlier micro-batches accumulated in .grad() added first.
+// When the weight is tied to the embedding on this stage, the rows the lookup reaches (the
+// step's input tokens: a union over micro-batches and DP ranks, known before backward) are
+// final only once the lookup's row-sparse gradient has added in at the end of backward: those
+// rows are kept aside, completed then (complete(), from the weight's grad-ready hook) and
+// stepped together. Every row steps exactly once per step, with the gradient of plain
+// training.
+#pragma once
+#include <torch/torch.h>
+
+#include <vector>
+
+#include "engine/optim/adamw.h"
+#include "layers/head_grad_sink.h"
+#include "parallel/communicator.h"
+
+namespace retort::engine {
+
+struct HeadRowStepOptions {
+  size_t index = 0;                  // the weight in the parameter store
+  bool tied_here = false;            // the embedding lookup on this stage uses the same weight
+  int64_t vocab_start = 0;           // this TP rank's first row in the whole vocabulary
+  int owner = -1;                    // ZeRO-1: the DP rank that steps the weight; -1 = every rank
+  int64_t block_elements = 1 << 21;  // rows per block: this many elements, at most an 8th
+};
+
+class HeadRowStepper : public layers::HeadGradSink {
+ public:
+  HeadRowStepper(layers::ParameterStore& store, AdamW& optimizer, parallel::Communicator& dp,
+                 const HeadRowStepOptions& options);
+
+  // Before the step's forwards: the input tokens of every micro-batch on this rank, and the
+  // step's learning rate.
+  void begin_step(const std::vector<torch::Tensor>& tokens, double lr);
+  int64_t block_rows(int64_t rows) const override;
+  void take_rows(int64_t row_begin, torch::Tensor grad) override;
+  // The lookup's rows have arrived (or backward is over): the kept rows step. Idempotent.
+  void complete();
+  // The squared norm of the weight's final gradient this step; -1 where this rank does not
+  // step it.
+  double grad_square() const { return owns() ? square_ : -1; }
+  size_t index() const { return options_.index; }
+  // Rows stepped from blocks and rows kept for complete() in the last step (for tests).
+  int64_t rows_streamed() const { return rows_streamed_; }
+  int64_t rows_kept() const { return touched_.numel(); }
+
+ private:
+  bool owns() const { return options_.owner < 0 || options_.owner == dp_.rank(); }
+  // The DP sum of grad, on the ranks that step (in place on them).
+  void reduce(torch::Tensor& grad);
+
+  layers::ParameterStore& store_;
+  AdamW& optimizer_;
+  parallel::Communicator& dp_;
+  HeadRowStepOptions options_;
+  double lr_ = 0, square_ = 0;
+  bool pending_ = false;
+  int64_t rows_streamed_ = 0;
+  torch::Tensor touched_;   // sorted local rows the lookup reaches (int64)
+  torch::Tensor position_;  // per local row: its place in touched_, or -1
+  torch::Tensor kept_;      // [touched, h]: the head's gradient of those rows
+  torch::Tensor earlier_;   // [touched, h]: their sum over earlier micro-batches, if any
+};
+
+}  // namespace retort::engine

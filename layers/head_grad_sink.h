@@ -1,0 +1,23 @@
+// layers/head_grad_sink.h: where the LM head weight's gradient goes when it is not left to
+// autograd. A fused head given a sink delivers d(loss)/d(weight) during backward in blocks of
+// vocabulary rows of this rank's shard, each block once, already scaled by the incoming
+// gradient, so a receiver that steps the optimizer on each block (optimizer-in-backward) never
+// needs the [vocab, hidden] gradient whole. Autograd then sees no gradient for the weight from
+// the head.
+#pragma once
+#include <torch/torch.h>
+
+#include <cstdint>
+
+namespace retort::layers {
+
+class HeadGradSink {
+ public:
+  virtual ~HeadGradSink() = default;
+  // Rows per block for a weight shard of `rows` rows.
+  virtual int64_t block_rows(int64_t rows) const = 0;
+  // Rows [row_begin, row_begin + grad.size(0)) of the gradient; grad is the receiver's.
+  virtual void take_rows(int64_t row_begin, torch::Tensor grad) = 0;
+};
+
+}  // namespace retort::layers
