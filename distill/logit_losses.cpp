@@ -85,6 +85,7 @@ struct LossSetup {
   int64_t chunk = 1, top_k = 0;
   bool with_ce = false;
   parallel::Communicator* group = nullptr;
+  layers::HeadGradSink* sink = nullptr;  // the student head weight's gradient goes there
   // The same on every rank: the dense form needs a full teacher and p log p terms that vanish.
   bool dense() const { return top_k == 0 && kind != LogitLoss::reverse_kl; }
 };
@@ -159,12 +160,21 @@ torch::Tensor finish_forward(const LossSetup& L, TokenStats& st, const torch::Te
   return torch::stack({(st.per_token * w).sum() * L.scale, ce_sum});
 }
 
-// d(loss)/d(real student logits) of tokens [start, start + len) into out [len, real]:
-// (...) / T per token for the logit loss, softmax - one-hot for the cross-entropy.
+// d(loss)/d(real student logits) of tokens [start, start + len) into out [len, width]:
+// (...) / T per token for the logit loss, softmax - one-hot for the cross-entropy. sr, tr,
+// out hold the real columns [columns, columns + width) of the slice (all of them by default).
 void gradient_chunk(const LossSetup& L, const TokenStats& st, torch::Tensor out,
                     const torch::Tensor& sr, const torch::Tensor& tr,
                     const torch::Tensor& kd_coefficient, const torch::Tensor& ce_coefficient,
-                    int64_t start, int64_t len) {
+                    int64_t start, int64_t len, int64_t columns = 0) {
+  auto subtract_one_hot = [&](const torch::Tensor& c) {
+    torch::Tensor hit = st.hit.narrow(0, start, len), index = st.local_index.narrow(0, start, len);
+    if (columns > 0 || out.size(1) < L.real) {  // targets outside these columns: none
+      hit = hit & (index >= columns) & (index < columns + out.size(1));
+      index = torch::where(hit, index - columns, torch::zeros_like(index));
+    }
+    subtract_target_one_hot(out, c, hit, index);
+  };
   torch::Tensor ss = scaled(sr, L.temperature);
   torch::Tensor kd_c = kd_coefficient.narrow(0, start, len).unsqueeze(-1);
   torch::Tensor c = ce_coefficient.narrow(0, start, len);
@@ -176,8 +186,7 @@ void gradient_chunk(const LossSetup& L, const TokenStats& st, torch::Tensor out,
     torch::Tensor p = (scaled(tr, L.temperature) - lse_t).exp_();
     if (L.with_ce) {  // (q - p) kd + (q - onehot) ce, with q at T = 1
       out.mul_(kd_c + c.unsqueeze(-1)).addcmul_(p, kd_c, -1);
-      subtract_target_one_hot(out, c, st.hit.narrow(0, start, len),
-                              st.local_index.narrow(0, start, len));
+      subtract_one_hot(c);
     } else {
       out.sub_(p).mul_(kd_c);
     }
@@ -199,8 +208,7 @@ void gradient_chunk(const LossSetup& L, const TokenStats& st, torch::Tensor out,
     torch::Tensor softmax =
         L.temperature == 1.0 ? q : (sr - st.lse_1.narrow(0, start, len).unsqueeze(-1)).exp_();
     out.addcmul_(softmax, c.unsqueeze(-1));
-    subtract_target_one_hot(out, c, st.hit.narrow(0, start, len),
-                            st.local_index.narrow(0, start, len));
+    subtract_one_hot(c);
   }
 }
 
@@ -215,6 +223,7 @@ void save_setup(AutogradContext* ctx, const LossSetup& L) {
   ctx->saved_data["chunk"] = L.chunk;
   ctx->saved_data["top_k"] = L.top_k;
   ctx->saved_data["with_ce"] = L.with_ce;
+  ctx->saved_data["sink"] = reinterpret_cast<int64_t>(L.sink);
 }
 
 // The backward needs no communication (the top-k threshold is saved): no group.
@@ -230,6 +239,7 @@ LossSetup load_setup(AutogradContext* ctx) {
   L.chunk = ctx->saved_data["chunk"].toInt();
   L.top_k = ctx->saved_data["top_k"].toInt();
   L.with_ce = ctx->saved_data["with_ce"].toBool();
+  L.sink = reinterpret_cast<layers::HeadGradSink*>(ctx->saved_data["sink"].toInt());
   return L;
 }
 
@@ -254,6 +264,39 @@ TokenStats load_stats(const std::vector<torch::Tensor>& saved, size_t first) {
 std::pair<torch::Tensor, torch::Tensor> coefficients(const LossSetup& L, const torch::Tensor& w,
                                                      const torch::Tensor& grad_output) {
   return {grad_output[0] * w * (L.scale / L.temperature), grad_output[1] * w};
+}
+
+// The student head weight's gradient, block of rows by block, into L.sink (padded rows as
+// zeros): each block's student and teacher logits are formed again chunk of tokens by chunk
+// and dropped. Each block is multiplied by `scale` when defined; grad_x, when defined,
+// accumulates each block's part of d/d(student head input).
+void stream_student_weight_grad(const LossSetup& L, const TokenStats& st, const torch::Tensor& xs,
+                                const torch::Tensor& ws, const torch::Tensor& xt,
+                                const torch::Tensor& wt, const torch::Tensor& kd_coefficient,
+                                const torch::Tensor& ce_coefficient, const torch::Tensor& scale,
+                                torch::Tensor grad_x) {
+  const int64_t block = std::max<int64_t>(1, L.sink->block_rows(L.local));
+  for (int64_t row = 0; row < L.local; row += block) {
+    const int64_t rows = std::min(block, L.local - row);
+    const int64_t real = std::clamp<int64_t>(L.real - row, 0, rows);
+    torch::Tensor grad = torch::zeros({rows, ws.size(1)}, ws.options());
+    if (real > 0) {
+      torch::Tensor wsb = ws.narrow(0, row, real), wtb = wt.narrow(0, row, real);
+      torch::Tensor grad_real = grad.narrow(0, 0, real);
+      for (int64_t start = 0; start < L.n; start += L.chunk) {
+        const int64_t len = std::min(L.chunk, L.n - start);
+        torch::Tensor xs_c = xs.narrow(0, start, len);
+        torch::Tensor out = torch::empty({len, real}, xs.options());
+        gradient_chunk(L, st, out, torch::matmul(xs_c, wsb.t()),
+                       torch::matmul(xt.narrow(0, start, len), wtb.t()), kd_coefficient,
+                       ce_coefficient, start, len, row);
+        grad_real.addmm_(out.t(), xs_c);
+        if (grad_x.defined()) grad_x.narrow(0, start, len).addmm_(out, wsb);
+      }
+    }
+    if (scale.defined()) grad.mul_(scale);
+    L.sink->take_rows(row, grad);
+  }
 }
 
 // Outputs [kd, ce]: the weighted sums of the logit loss (times the T^2 scale) and, when hard
@@ -334,6 +377,13 @@ struct HeadLogitDistillation : torch::autograd::Function<HeadLogitDistillation> 
     torch::Tensor xs = saved[0], ws = saved[1], xt = saved[2], wt = saved[3], w = saved[4];
     const TokenStats st = load_stats(saved, 5);
     auto [kd_coefficient, ce_coefficient] = coefficients(L, w, grad_outputs[0]);
+    variable_list result(7);
+    if (L.sink && ws.requires_grad()) {  // optimizer-in-backward: the weight's rows go there
+      result[0] = torch::zeros_like(xs);
+      stream_student_weight_grad(L, st, xs, ws, xt, wt, kd_coefficient, ce_coefficient, {},
+                                 result[0]);
+      return result;
+    }
     torch::Tensor wsr = ws.narrow(0, 0, L.real), wtr = wt.narrow(0, 0, L.real);
     torch::Tensor grad_x = torch::empty_like(xs);
     torch::Tensor grad_w = torch::zeros_like(ws);  // padded rows keep a zero gradient
@@ -348,7 +398,6 @@ struct HeadLogitDistillation : torch::autograd::Function<HeadLogitDistillation> 
       grad_x.narrow(0, start, len).copy_(torch::matmul(out, wsr));
       grad_w_real.addmm_(out.t(), xs_c);
     }
-    variable_list result(7);
     result[0] = grad_x;
     result[1] = grad_w;
     return result;
@@ -367,7 +416,9 @@ struct FusedHeadLogitDistillation : torch::autograd::Function<FusedHeadLogitDist
                                double ce_factor) {
     TokenStats st = empty_stats(L, targets, xs.options());
     torch::Tensor wsr = ws.narrow(0, 0, L.real), wtr = wt.narrow(0, 0, L.real);
-    const bool want_x = xs.requires_grad(), want_w = ws.requires_grad();
+    // With a sink the weight's gradient is formed in backward, block by block.
+    const bool streamed = L.sink && ws.requires_grad();
+    const bool want_x = xs.requires_grad(), want_w = ws.requires_grad() && !streamed;
     torch::Tensor grad_x = want_x ? torch::empty_like(xs) : torch::Tensor();
     torch::Tensor grad_w = want_w ? torch::zeros_like(ws) : torch::Tensor();
     auto [kd_coefficient, ce_coefficient] =
@@ -401,7 +452,13 @@ struct FusedHeadLogitDistillation : torch::autograd::Function<FusedHeadLogitDist
     torch::Tensor ce =
         L.with_ce ? ((st.lse_1 - st.target_logit) * w).sum() : torch::zeros({}, w.options());
     torch::Tensor total = kd * kd_factor + ce * ce_factor;
-    ctx->save_for_backward({grad_x, grad_w});
+    std::vector<torch::Tensor> saved = {grad_x, grad_w};
+    if (streamed) {
+      saved.insert(saved.end(), {xs, ws, xt, wt, kd_coefficient, ce_coefficient});
+      save_stats(saved, st);
+      save_setup(ctx, L);
+    }
+    ctx->save_for_backward(saved);
     ctx->mark_non_differentiable({kd, ce});
     return {total, kd, ce};
   }
@@ -412,6 +469,9 @@ struct FusedHeadLogitDistillation : torch::autograd::Function<FusedHeadLogitDist
     variable_list result(9);
     if (saved[0].defined()) result[0] = saved[0].mul_(g);  // ours alone: scaled in place
     if (saved[1].defined()) result[1] = saved[1].mul_(g);
+    if (saved.size() > 2)  // streamed: the weight's rows to the sink
+      stream_student_weight_grad(load_setup(ctx), load_stats(saved, 8), saved[2], saved[3],
+                                 saved[4], saved[5], saved[6], saved[7], g, {});
     return result;
   }
 };
@@ -463,7 +523,8 @@ std::pair<torch::Tensor, torch::Tensor> logit_distillation_and_lm_sums_from_head
   torch::Tensor xs = student.input.reshape({-1, student.input.size(-1)});
   torch::Tensor flat_targets =
       targets.defined() ? targets.reshape({-1}) : torch::zeros({0}, torch::kLong);
-  const LossSetup setup = make_setup(xs.size(0), local, flat_targets, vocab_size, o, tp);
+  LossSetup setup = make_setup(xs.size(0), local, flat_targets, vocab_size, o, tp);
+  setup.sink = student.weight_grad_sink;
   torch::Tensor both = HeadLogitDistillation::apply(
       xs, student.weight, teacher.input.detach().reshape({-1, teacher.input.size(-1)}),
       teacher.weight.detach(), weight.reshape({-1}).to(xs.scalar_type()), flat_targets, setup);
@@ -479,7 +540,8 @@ FusedLogitLoss logit_distillation_total_from_heads(
   torch::Tensor xs = student.input.reshape({-1, student.input.size(-1)});
   torch::Tensor flat_targets =
       targets.defined() ? targets.reshape({-1}) : torch::zeros({0}, torch::kLong);
-  const LossSetup setup = make_setup(xs.size(0), local, flat_targets, vocab_size, o, tp);
+  LossSetup setup = make_setup(xs.size(0), local, flat_targets, vocab_size, o, tp);
+  setup.sink = student.weight_grad_sink;
   torch::Tensor xt = teacher.input.detach().reshape({-1, teacher.input.size(-1)});
   torch::Tensor w = weight.reshape({-1}).to(xs.scalar_type());
   variable_list out;

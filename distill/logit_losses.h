@@ -13,6 +13,7 @@
 #include <string>
 
 #include "distill/distill_config.h"
+#include "layers/head_grad_sink.h"
 #include "layers/tensor_parallel.h"
 
 namespace retort::distill {
@@ -36,8 +37,11 @@ std::pair<torch::Tensor, torch::Tensor> logit_distillation_and_lm_sums(
 // An LM head as the logit loss sees it: logits = input @ weight^T over this rank's (padded)
 // vocabulary slice. input [..., h] is the head's input after the final norm (and
 // enter_column), weight [local_vocab, h].
+// weight_grad_sink (the student's, optional): the weight's gradient goes there in blocks of
+// rows, formed in backward, instead of to autograd (optimizer-in-backward).
 struct HeadInput {
   torch::Tensor input, weight;
+  layers::HeadGradSink* weight_grad_sink = nullptr;
 };
 
 // The same {kd, ce} with both heads fused in: a chunk's logits are computed from the head

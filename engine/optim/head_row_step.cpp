@@ -15,6 +15,7 @@ void HeadRowStepper::begin_step(const std::vector<torch::Tensor>& tokens, double
   square_ = 0;
   rows_streamed_ = 0;
   pending_ = true;
+  delivered_ = false;
   const torch::Tensor& weight = store_.all()[options_.index].value;
   const int64_t local = weight.size(0);
   torch::Tensor reached = torch::zeros({local}, torch::kFloat);
@@ -40,6 +41,7 @@ int64_t HeadRowStepper::block_rows(int64_t rows) const {
 
 void HeadRowStepper::take_rows(int64_t row_begin, torch::Tensor grad) {
   torch::NoGradGuard no_grad;
+  delivered_ = true;
   layers::Parameter& p = store_.all()[options_.index];
   const int64_t rows = grad.size(0);
   const torch::Tensor& accumulated = p.value.grad();  // earlier micro-batches of the step
@@ -76,6 +78,18 @@ void HeadRowStepper::complete() {
   torch::NoGradGuard no_grad;
   layers::Parameter& p = store_.all()[options_.index];
   const torch::Tensor& lookup = p.value.grad();
+  if (!delivered_) {  // no fused head formed blocks (unfused, or no head loss): all at once
+    if (lookup.defined()) {
+      torch::Tensor whole = lookup.is_sparse() ? lookup.to_dense() : lookup.contiguous();
+      p.value.mutable_grad().reset();
+      reduce(whole);
+      if (owns()) {
+        square_ += whole.square().sum().item<double>();
+        optimizer_.step_rows(options_.index, 0, whole, lr_);
+      }
+    }
+    return;
+  }
   if (lookup.defined()) {
     if (lookup.is_sparse()) {  // one row per token, added in order as a dense sum would
       torch::Tensor where = position_.index_select(0, lookup._indices().reshape({-1}));

@@ -8,7 +8,8 @@
 // final only once the lookup's row-sparse gradient has added in at the end of backward: those
 // rows are kept aside, completed then (complete(), from the weight's grad-ready hook) and
 // stepped together. Every row steps exactly once per step, with the gradient of plain
-// training.
+// training. A step whose head delivered no blocks (the unfused head, or no loss on the head)
+// steps the whole gradient at complete().
 #pragma once
 #include <torch/torch.h>
 
@@ -58,7 +59,8 @@ class HeadRowStepper : public layers::HeadGradSink {
   parallel::Communicator& dp_;
   HeadRowStepOptions options_;
   double lr_ = 0, square_ = 0;
-  bool pending_ = false;
+  bool pending_ = false;    // begun, not completed
+  bool delivered_ = false;  // the head delivered blocks this step
   int64_t rows_streamed_ = 0;
   torch::Tensor touched_;   // sorted local rows the lookup reaches (int64)
   torch::Tensor position_;  // per local row: its place in touched_, or -1

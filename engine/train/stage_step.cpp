@@ -121,9 +121,9 @@ double StageStep::train(parallel::Communicator& pp, const std::vector<MicroBatch
       loss = distiller->activation_loss(b.targets, sink, teacher_sink, target_count, &terms);
     if (stage.head) {
       torch::Tensor head;
+      // The last micro-batch's backward makes the head weight's gradient final.
+      layers::HeadGradSink* sink = m + 1 == micro_batches ? head_grad_sink_ : nullptr;
       if (!distiller) {
-        // The last micro-batch's backward makes the head weight's gradient final.
-        layers::HeadGradSink* sink = m + 1 == micro_batches ? head_grad_sink_ : nullptr;
         head = student.head_loss_sum(x, b.targets, sink) / target_count;
       } else {
         // The heads are fused into the losses: no [tokens, vocab] logits outlive a chunk.
@@ -136,7 +136,8 @@ double StageStep::train(parallel::Communicator& pp, const std::vector<MicroBatch
         }
         const bool recompute = student.recompute().mode == layers::Checkpointing::full;
         head = distiller->output_loss_from_heads(
-            {student.head_input(x), student.head_weight()}, teacher_head, b.targets, target_count,
+            {student.head_input(x), student.head_weight(), sink}, teacher_head, b.targets,
+            target_count,
             student.config().vocab_size, student.head_chunk_tokens(), recompute, &terms);
       }
       loss = loss.defined() ? loss + head : head;

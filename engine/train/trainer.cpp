@@ -254,10 +254,10 @@ std::vector<MicroBatch> Trainer::read_micro_batches(double& target_count) {
 
 int64_t Trainer::streamed_head_index() {
   const layers::ModelStage& stage = model_->stage();
-  // The fused LM-only head streams its weight's gradient; a tied copy on the last pipeline
-  // stage is final only after the first stage's sum, so it steps whole at finish().
-  if (!config_.optimizer.in_backward || !stage.head || distiller_ ||
-      config_.memory.head_chunk_tokens <= 0 || (config_.model.tied_embeddings && !stage.embedding))
+  // The fused heads stream their weight's gradient; a tied copy on the last pipeline stage is
+  // final only after the first stage's sum, so it steps whole at finish().
+  if (!config_.optimizer.in_backward || !stage.head ||
+      (config_.model.tied_embeddings && !stage.embedding))
     return -1;
   const std::vector<layers::Parameter>& all = store_->all();
   for (size_t k = 0; k < all.size(); ++k)

@@ -38,10 +38,10 @@ Run train(const std::string& config_file, std::vector<std::string> overrides) {
   Run run;
   for (int i = 0; i < 5; ++i) run.losses.push_back(trainer.train_step().loss);
   for (auto& p : trainer.parameters().all()) run.parameters.push_back(p.value.clone());
-  // Optimizer-in-backward on the head's stage of LM training steps the fused head's weight
-  // block by block; with tied embeddings some rows wait for the lookup.
-  const bool lm_head_here = trainer.stage().head && !config.distill.enabled;
-  if (config.optimizer.in_backward && lm_head_here) {
+  // Optimizer-in-backward on the head's stage steps the fused head's weight block by block
+  // (the LM head, or the student's in the logit loss); with tied embeddings some rows wait for
+  // the lookup.
+  if (config.optimizer.in_backward && trainer.stage().head) {
     const HeadRowStepper* stepper = trainer.head_stepper();
     const bool tied_copy = config.model.tied_embeddings && !trainer.stage().embedding;
     EXPECT_EQ(stepper != nullptr, !tied_copy);
@@ -69,8 +69,9 @@ struct Variant {
   // The same operations in the same order as without it. Selective recomputation releases
   // the q, k and v gradients together, which changes the order of their sum.
   bool bitwise;
-  // Full checkpointing also fuses the distillation heads into the logit loss (logits in
-  // chunks, formed twice): bitwise for plain training only.
+  // Also forms the distillation heads' logits in other chunks (full checkpointing: in
+  // backward; optimizer-in-backward: the student weight's gradient block by block): bitwise
+  // for plain training only.
   bool fuses_heads = false;
 };
 
@@ -85,7 +86,9 @@ const std::vector<Variant>& variants() {
       {"selective+offload",
        {"memory.activation_checkpointing=selective", "memory.activation_offloading=true"},
        false},
-      {"in_backward", {"optimizer.in_backward=true"}, true},
+      // The student's logits are formed again in backward in blocks of vocabulary rows, so
+      // the logit loss's matrix products change shape (BLAS picks its kernel by shape).
+      {"in_backward", {"optimizer.in_backward=true"}, true, true},
       {"all",
        {"memory.activation_checkpointing=full", "memory.activation_offloading=true",
         "optimizer.in_backward=true"},
