@@ -160,9 +160,9 @@ torch::Tensor Distiller::output_loss_from_heads(const HeadInput& student, const 
         student, teacher, weight, config_.lm_weight > 0 ? targets : torch::Tensor(), vocab_size,
         config_.logits, tp_);
   } else if (config_.lm_weight > 0 && lm_chunk_tokens > 0) {
-    ce_sum = layers::fused_head_cross_entropy_sum(student.input, student.weight, targets,
-                                                  vocab_size, tp_, lm_chunk_tokens,
-                                                  student.weight_grad_sink);
+    ce_sum =
+        layers::fused_head_cross_entropy_sum(student.input, student.weight, targets, vocab_size,
+                                             tp_, lm_chunk_tokens, student.weight_grad_sink);
   } else if (config_.lm_weight > 0) {  // the unfused head asked for
     ce_sum = layers::vocab_parallel_cross_entropy(torch::matmul(student.input, student.weight.t()),
                                                   targets, vocab_size, tp_)

@@ -137,8 +137,8 @@ double StageStep::train(parallel::Communicator& pp, const std::vector<MicroBatch
         const bool recompute = student.recompute().mode == layers::Checkpointing::full;
         head = distiller->output_loss_from_heads(
             {student.head_input(x), student.head_weight(), sink}, teacher_head, b.targets,
-            target_count,
-            student.config().vocab_size, student.head_chunk_tokens(), recompute, &terms);
+            target_count, student.config().vocab_size, student.head_chunk_tokens(), recompute,
+            &terms);
       }
       loss = loss.defined() ? loss + head : head;
     }

@@ -47,7 +47,9 @@ Run train(const std::string& config_file, std::vector<std::string> overrides) {
     EXPECT_EQ(stepper != nullptr, !tied_copy);
     if (stepper) {
       EXPECT_GT(stepper->rows_streamed(), 0);
-      EXPECT_EQ(stepper->rows_kept() > 0, config.model.tied_embeddings);
+      // TP rank 0 holds the low token ids the byte corpus uses; rank 1 may hold none.
+      if (trainer.tensor_parallel().rank() == 0 || !config.model.tied_embeddings)
+        EXPECT_EQ(stepper->rows_kept() > 0, config.model.tied_embeddings);
     }
   }
   if (layers::ActivationOffloader* offloader = trainer.offloader()) {

@@ -1,9 +1,35 @@
 // tests/mpi/mpi_main.cpp: GoogleTest main for tests run under mpirun. Every rank runs every
 // test; the process exits non-zero on every rank if any rank failed, and also when the
-// filter selected no test at all (a misspelt --gtest_filter must not pass). Rank 0 prints.
+// filter selected no test at all (a misspelt --gtest_filter must not pass). Rank 0 prints
+// everything; the other ranks print only their failed assertions, marked with their rank.
 #include <gtest/gtest.h>
 #include <mpi.h>
 #include <torch/torch.h>
+
+#include <string>
+
+namespace {
+
+class FailurePrinter : public ::testing::EmptyTestEventListener {
+ public:
+  explicit FailurePrinter(int rank) : rank_(rank) {}
+  // (UnitTest::current_test_info() would take the lock AddTestPartResult holds.)
+  void OnTestStart(const ::testing::TestInfo& test) override {
+    name_ = std::string(test.test_suite_name()) + "." + test.name();
+  }
+  void OnTestPartResult(const ::testing::TestPartResult& result) override {
+    if (!result.failed()) return;
+    std::fprintf(stderr, "[rank %d] %s: %s:%d: %s\n", rank_, name_.c_str(),
+                 result.file_name() ? result.file_name() : "?", result.line_number(),
+                 result.message());
+  }
+
+ private:
+  int rank_;
+  std::string name_;
+};
+
+}  // namespace
 
 int main(int argc, char** argv) {
   int provided = 0;
@@ -15,6 +41,7 @@ int main(int argc, char** argv) {
   if (rank != 0) {
     auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
     delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new FailurePrinter(rank));
   }
   int failed = RUN_ALL_TESTS() != 0 ? 1 : 0, any_failed = 0;
   if (::testing::UnitTest::GetInstance()->test_to_run_count() == 0) {
