@@ -268,14 +268,16 @@ std::pair<torch::Tensor, torch::Tensor> coefficients(const LossSetup& L, const t
 
 // The student head weight's gradient, block of rows by block, into L.sink (padded rows as
 // zeros): each block's student and teacher logits are formed again chunk of tokens by chunk
-// and dropped. Each block is multiplied by `scale` when defined; grad_x, when defined,
-// accumulates each block's part of d/d(student head input).
+// and dropped. grad_x accumulates each block's part of d/d(student head input).
 void stream_student_weight_grad(const LossSetup& L, const TokenStats& st, const torch::Tensor& xs,
                                 const torch::Tensor& ws, const torch::Tensor& xt,
                                 const torch::Tensor& wt, const torch::Tensor& kd_coefficient,
-                                const torch::Tensor& ce_coefficient, const torch::Tensor& scale,
-                                torch::Tensor grad_x) {
+                                const torch::Tensor& ce_coefficient, torch::Tensor grad_x) {
   const int64_t block = std::max<int64_t>(1, L.sink->block_rows(L.local));
+  // A block of rows is a fraction of the slice, so proportionally more tokens per chunk keep
+  // a chunk's logits at the size of the other forms' while the block's gradient is
+  // accumulated (read and written whole) fewer times.
+  const int64_t chunk = L.chunk * std::max<int64_t>(1, L.local / block);
   for (int64_t row = 0; row < L.local; row += block) {
     const int64_t rows = std::min(block, L.local - row);
     const int64_t real = std::clamp<int64_t>(L.real - row, 0, rows);
@@ -283,18 +285,17 @@ void stream_student_weight_grad(const LossSetup& L, const TokenStats& st, const 
     if (real > 0) {
       torch::Tensor wsb = ws.narrow(0, row, real), wtb = wt.narrow(0, row, real);
       torch::Tensor grad_real = grad.narrow(0, 0, real);
-      for (int64_t start = 0; start < L.n; start += L.chunk) {
-        const int64_t len = std::min(L.chunk, L.n - start);
+      for (int64_t start = 0; start < L.n; start += chunk) {
+        const int64_t len = std::min(chunk, L.n - start);
         torch::Tensor xs_c = xs.narrow(0, start, len);
         torch::Tensor out = torch::empty({len, real}, xs.options());
         gradient_chunk(L, st, out, torch::matmul(xs_c, wsb.t()),
                        torch::matmul(xt.narrow(0, start, len), wtb.t()), kd_coefficient,
                        ce_coefficient, start, len, row);
         grad_real.addmm_(out.t(), xs_c);
-        if (grad_x.defined()) grad_x.narrow(0, start, len).addmm_(out, wsb);
+        grad_x.narrow(0, start, len).addmm_(out, wsb);
       }
     }
-    if (scale.defined()) grad.mul_(scale);
     L.sink->take_rows(row, grad);
   }
 }
@@ -380,8 +381,7 @@ struct HeadLogitDistillation : torch::autograd::Function<HeadLogitDistillation> 
     variable_list result(7);
     if (L.sink && ws.requires_grad()) {  // optimizer-in-backward: the weight's rows go there
       result[0] = torch::zeros_like(xs);
-      stream_student_weight_grad(L, st, xs, ws, xt, wt, kd_coefficient, ce_coefficient, {},
-                                 result[0]);
+      stream_student_weight_grad(L, st, xs, ws, xt, wt, kd_coefficient, ce_coefficient, result[0]);
       return result;
     }
     torch::Tensor wsr = ws.narrow(0, 0, L.real), wtr = wt.narrow(0, 0, L.real);
@@ -416,9 +416,8 @@ struct FusedHeadLogitDistillation : torch::autograd::Function<FusedHeadLogitDist
                                double ce_factor) {
     TokenStats st = empty_stats(L, targets, xs.options());
     torch::Tensor wsr = ws.narrow(0, 0, L.real), wtr = wt.narrow(0, 0, L.real);
-    // With a sink the weight's gradient is formed in backward, block by block.
-    const bool streamed = L.sink && ws.requires_grad();
-    const bool want_x = xs.requires_grad(), want_w = ws.requires_grad() && !streamed;
+    TORCH_CHECK(!L.sink, "the fused logit loss forms the weight's gradient in forward: no sink");
+    const bool want_x = xs.requires_grad(), want_w = ws.requires_grad();
     torch::Tensor grad_x = want_x ? torch::empty_like(xs) : torch::Tensor();
     torch::Tensor grad_w = want_w ? torch::zeros_like(ws) : torch::Tensor();
     auto [kd_coefficient, ce_coefficient] =
@@ -452,13 +451,7 @@ struct FusedHeadLogitDistillation : torch::autograd::Function<FusedHeadLogitDist
     torch::Tensor ce =
         L.with_ce ? ((st.lse_1 - st.target_logit) * w).sum() : torch::zeros({}, w.options());
     torch::Tensor total = kd * kd_factor + ce * ce_factor;
-    std::vector<torch::Tensor> saved = {grad_x, grad_w};
-    if (streamed) {
-      saved.insert(saved.end(), {xs, ws, xt, wt, kd_coefficient, ce_coefficient});
-      save_stats(saved, st);
-      save_setup(ctx, L);
-    }
-    ctx->save_for_backward(saved);
+    ctx->save_for_backward({grad_x, grad_w});
     ctx->mark_non_differentiable({kd, ce});
     return {total, kd, ce};
   }
@@ -469,9 +462,6 @@ struct FusedHeadLogitDistillation : torch::autograd::Function<FusedHeadLogitDist
     variable_list result(9);
     if (saved[0].defined()) result[0] = saved[0].mul_(g);  // ours alone: scaled in place
     if (saved[1].defined()) result[1] = saved[1].mul_(g);
-    if (saved.size() > 2)  // streamed: the weight's rows to the sink
-      stream_student_weight_grad(load_setup(ctx), load_stats(saved, 8), saved[2], saved[3],
-                                 saved[4], saved[5], saved[6], saved[7], g, {});
     return result;
   }
 };
@@ -540,8 +530,7 @@ FusedLogitLoss logit_distillation_total_from_heads(
   torch::Tensor xs = student.input.reshape({-1, student.input.size(-1)});
   torch::Tensor flat_targets =
       targets.defined() ? targets.reshape({-1}) : torch::zeros({0}, torch::kLong);
-  LossSetup setup = make_setup(xs.size(0), local, flat_targets, vocab_size, o, tp);
-  setup.sink = student.weight_grad_sink;
+  const LossSetup setup = make_setup(xs.size(0), local, flat_targets, vocab_size, o, tp);
   torch::Tensor xt = teacher.input.detach().reshape({-1, teacher.input.size(-1)});
   torch::Tensor w = weight.reshape({-1}).to(xs.scalar_type());
   variable_list out;

@@ -37,8 +37,10 @@ std::pair<torch::Tensor, torch::Tensor> logit_distillation_and_lm_sums(
 // An LM head as the logit loss sees it: logits = input @ weight^T over this rank's (padded)
 // vocabulary slice. input [..., h] is the head's input after the final norm (and
 // enter_column), weight [local_vocab, h].
-// weight_grad_sink (the student's, optional): the weight's gradient goes there in blocks of
-// rows, formed in backward, instead of to autograd (optimizer-in-backward).
+// weight_grad_sink (the student's, optional; optimizer-in-backward): the weight's gradient
+// goes there in blocks of rows, formed in backward, instead of to autograd. The recomputing
+// form (logit_distillation_and_lm_sums_from_heads) and the fused LM head take one; the
+// total form, which forms the gradient in forward, refuses it.
 struct HeadInput {
   torch::Tensor input, weight;
   layers::HeadGradSink* weight_grad_sink = nullptr;
