@@ -80,6 +80,37 @@ TEST(AdamW, LargeParameterStepsEveryElementTwice) {
   EXPECT_LT((value - p).abs().max().item<double>(), 1e-13);
 }
 
+// Optimizer-in-backward steps the LM head weight in blocks of rows, keeping some rows out of
+// a block and stepping them later as a list: every row still follows the formula once a step.
+TEST(AdamW, RowBlocksAndRowListsStepEveryRowOnce) {
+  layers::ParameterStore store(4, torch::kDouble);
+  const int64_t rows = 7, cols = 3;
+  torch::Tensor value = store.create({"w", {rows, cols}, -1});
+  OptimizerConfig config;
+  config.beta1 = 0.9;
+  config.beta2 = 0.95;
+  config.eps = 1e-6;
+  config.weight_decay = 0.1;
+  AdamW adam(store, config);
+  torch::Tensor p = value.detach().clone(), m = torch::zeros_like(p), v = torch::zeros_like(p);
+  const torch::Tensor skipped = torch::tensor({1, 5}, torch::kLong);  // whole-parameter rows
+  for (int step = 1; step <= 2; ++step) {
+    torch::Tensor g = torch::randn({rows, cols}, torch::kDouble);
+    adam.begin_step();
+    // Blocks [0, 4) and [4, 7), each without its skipped row (block-relative 1 and 1).
+    adam.step_rows(0, 0, g.narrow(0, 0, 4).clone(), 0.01, torch::tensor({1}, torch::kLong));
+    adam.step_rows(0, 4, g.narrow(0, 4, 3).clone(), 0.01, torch::tensor({1}, torch::kLong));
+    adam.step_row_list(0, skipped, g.index_select(0, skipped), 0.01);
+    p = p * (1 - 0.01 * 0.1);
+    m = 0.9 * m + 0.1 * g;
+    v = 0.95 * v + 0.05 * g * g;
+    const double b1 = 1 - std::pow(0.9, step), b2 = 1 - std::pow(0.95, step);
+    p = p - 0.01 * (m / b1) / ((v / b2).sqrt() + 1e-6);
+  }
+  EXPECT_LT((value - p).abs().max().item<double>(), 1e-13);
+  EXPECT_LT((adam.states()[0].exp_avg_sq - v).abs().max().item<double>(), 1e-15);
+}
+
 TEST(AdamW, ClipScalesToMaxNorm) {
   layers::ParameterStore store(1, torch::kDouble);
   torch::Tensor a = store.create({"a", {2}, -1});
