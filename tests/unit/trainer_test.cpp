@@ -55,11 +55,10 @@ void expect_resume_equals_uninterrupted(const std::string& name,
                                         const std::vector<std::string>& straight_keys,
                                         const std::vector<std::string>& first_keys,
                                         const std::vector<std::string>& resumed_keys) {
-  const std::vector<std::string> shape = {"model.layers=2",           "model.hidden=64",
-                                          "model.ffn_hidden=172",     "data.seq_len=32",
-                                          "training.global_batch=8",  "training.micro_batch=4",
-                                          "optimizer.warmup_steps=2", "training.eval_every=0",
-                                          "training.steps=8"};
+  const std::vector<std::string> shape = {
+      "model.layers=2",           "model.hidden=64",         "model.ffn_hidden=172",
+      "data.seq_len=32",          "training.global_batch=8", "training.micro_batch=4",
+      "optimizer.warmup_steps=2", "training.eval_every=0",   "training.steps=8"};
   auto with = [&](const std::vector<std::string>& keys, std::vector<std::string> extra) {
     extra.insert(extra.begin(), keys.begin(), keys.end());
     extra.insert(extra.begin(), shape.begin(), shape.end());
@@ -115,6 +114,12 @@ TEST(Trainer, ResumeWithOptimizerInBackward) {
   expect_resume_equals_uninterrupted("in_backward", on, on, on);
   expect_resume_equals_uninterrupted("switched_on", off, off, on);
   expect_resume_equals_uninterrupted("switched_off", off, on, off);
+  // Tied: the head rows the lookup reaches step at the end of backward, the rest in blocks.
+  std::vector<std::string> tied_on = on, tied_off = off;
+  tied_on.push_back("model.tied_embeddings=true");
+  tied_off.push_back("model.tied_embeddings=true");
+  expect_resume_equals_uninterrupted("in_backward_tied", tied_on, tied_on, tied_on);
+  expect_resume_equals_uninterrupted("switched_on_tied", tied_off, tied_off, tied_on);
 }
 
 TEST(Trainer, SameSeedSameRunDifferentSeedDifferentRun) {
