@@ -77,6 +77,15 @@ int measure(int argc, char** argv) {
   std::printf("| fp32 GEMM 2048^3 GFLOP/s        | %12.1f |\n", peak_2048);
   std::printf("| MFU (vs best GEMM)              | %11.1f%% |\n", 100.0 * achieved / peak);
   std::printf("| peak tensor memory in a step    | %9.1f MB |\n", memory.peak_bytes() / 1e6);
+  // One machine-readable line for drivers (bench/peer/run_peer.py).
+  std::printf(
+      "json: {\"tokens_per_s\": %.3f, \"step_s\": %.6f, \"forward_s\": %.6f, "
+      "\"backward_s\": %.6f, \"sync_s\": %.6f, \"optimizer_s\": %.6f, "
+      "\"flops_per_token\": %.1f, \"gemm_peak_gflops\": %.3f, \"mfu\": %.5f, "
+      "\"threads\": %d}\n",
+      tokens_per_s, seconds / steps, total.forward_s / steps, total.backward_s / steps,
+      total.sync_s / steps, total.optimizer_s / steps, flops_per_token, peak, achieved / peak,
+      threads);
   return 0;
 }
 

@@ -1,0 +1,88 @@
+#!/usr/bin/python3
+"""bench/peer/run_peer.py: Retort against the plain PyTorch eager loop of the same Llama
+(bench/peer/torch_llama.py) on this machine, in one invocation. For each environment setting
+it alternates the two programs `rounds` times (bench_throughput for Retort, with the model
+of issue 12: hidden 512, 8 layers, 8 heads, 8 kv heads, ffn 1536, vocab 32000 tied,
+sequence 256, micro-batch 4, AdamW, fp32) and prints the best tokens/s of each, their ratio,
+MFU against the fp32 GEMM peak Retort measures with the same threads, and Retort's step-time
+breakdown.
+
+Usage: bench/peer/run_peer.py [--build build] [--rounds 2] [--steps 5] [--threads 2]"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MODEL_KEYS = ["model.hidden=512", "model.layers=8", "model.heads=8", "model.kv_heads=8",
+              "model.ffn_hidden=1536"]
+GLIBC_TUNED = {"MALLOC_MMAP_THRESHOLD_": str(1 << 30), "MALLOC_TRIM_THRESHOLD_": str(1 << 40),
+               "MALLOC_TOP_PAD_": str(1 << 30)}
+SETTINGS = [
+    ("defaults", {}),
+    ("glibc tuned", GLIBC_TUNED),
+    ("glibc tuned + OMP_WAIT_POLICY=passive", dict(GLIBC_TUNED, OMP_WAIT_POLICY="passive")),
+]
+
+
+def run(command, env_extra):
+    env = dict(os.environ)
+    for key in ["OMP_WAIT_POLICY", "OMP_NUM_THREADS"] + list(GLIBC_TUNED):
+        env.pop(key, None)
+    env.update(env_extra)
+    out = subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        if line.startswith("json: "):
+            return json.loads(line[len("json: "):])
+        if line.startswith("{"):
+            return json.loads(line)
+    raise RuntimeError("no result from " + " ".join(command) + ":\n" + out)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--build", default="build")
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--threads", type=int, default=2)
+    a = p.parse_args()
+    retort = [os.path.join(a.build, "bench", "bench_throughput"), str(a.steps), str(a.threads)]
+    retort += MODEL_KEYS
+    torch_loop = ["/usr/bin/python3", os.path.join(HERE, "torch_llama.py"), "--steps",
+                  str(a.steps), "--threads", str(a.threads)]
+    rows = []
+    for name, env in SETTINGS:
+        best_r, best_t = None, None
+        for _ in range(a.rounds):
+            r = run(retort, env)
+            t = run(torch_loop, env)
+            if best_r is None or r["tokens_per_s"] > best_r["tokens_per_s"]:
+                best_r = r
+            if best_t is None or t["tokens_per_s"] > best_t["tokens_per_s"]:
+                best_t = t
+        rows.append((name, best_r, best_t))
+        print(f"  measured: {name}", file=sys.stderr)
+
+    print(f"{a.threads} thread(s), {a.rounds} alternating round(s) of {a.steps} steps each, best "
+          "of the rounds; MFU against Retort's fp32 GEMM peak with the same threads")
+    print("| setting | PyTorch tok/s | Retort tok/s | ratio | PyTorch MFU | Retort MFU | "
+          "Retort fwd / bwd / optim s |")
+    print("|---|---|---|---|---|---|---|")
+    for name, r, t in rows:
+        peak = r["gemm_peak_gflops"] * 1e9
+        torch_mfu = t["tokens_per_s"] * r["flops_per_token"] / peak
+        print(f"| {name} | {t['tokens_per_s']:.0f} | {r['tokens_per_s']:.0f} | "
+              f"{r['tokens_per_s'] / t['tokens_per_s']:.2f} | {100 * torch_mfu:.0f}% | "
+              f"{100 * r['mfu']:.0f}% | {r['forward_s']:.2f} / {r['backward_s']:.2f} / "
+              f"{r['optimizer_s']:.2f} |")
+    defaults = rows[0]
+    best_torch = max(t["tokens_per_s"] for _, _, t in rows)
+    print(f"\nRetort with its defaults: {defaults[1]['tokens_per_s']:.0f} tok/s = "
+          f"{defaults[1]['tokens_per_s'] / best_torch:.2f}x PyTorch at its best setting, "
+          f"{defaults[1]['tokens_per_s'] / defaults[2]['tokens_per_s']:.2f}x PyTorch with its "
+          "defaults")
+
+
+if __name__ == "__main__":
+    main()
