@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "bench_setup.h"
+#include "common/compute_threads.h"
 #include "engine/observe/memory_tracker.h"
 #include "engine/train/trainer.h"
 
@@ -46,7 +47,7 @@ std::vector<std::string> shape(const std::string& prefix, int64_t hidden, int64_
 int measure(int argc, char** argv) {
   const int steps = argc > 1 ? std::atoi(argv[1]) : 4;
   const int threads = argc > 2 ? std::atoi(argv[2]) : int(std::thread::hardware_concurrency());
-  torch::set_num_threads(threads);
+  set_compute_threads(threads);
   engine::MemoryTracker& memory = engine::MemoryTracker::install();
   const bool narrow = argc > 3 && std::string(argv[3]) == "narrow";
   const int64_t teacher_layers = 8, student_layers = narrow ? 6 : 4;

@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "bench_setup.h"
+#include "common/compute_threads.h"
 #include "engine/observe/memory_tracker.h"
 #include "engine/train/trainer.h"
 
@@ -102,7 +103,7 @@ const char* verdict(bool ok) {
 int measure(int argc, char** argv) {
   const int steps = argc > 1 ? std::atoi(argv[1]) : 2;
   const int threads = argc > 2 ? std::atoi(argv[2]) : int(std::thread::hardware_concurrency());
-  torch::set_num_threads(threads);
+  set_compute_threads(threads);
   const std::string dir = (std::filesystem::temp_directory_path() / "retort_bench_memory").string();
   std::vector<std::string> common = bench::measured_run_keys(dir, steps);
   common.push_back("optimizer.grad_clip=0");

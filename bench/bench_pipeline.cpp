@@ -12,6 +12,8 @@
 #include <cstdio>
 #include <iostream>
 
+#include "common/compute_threads.h"
+#include "common/process_setup.h"
 #include "common/user_error.h"
 #include "engine/config/command_line.h"
 #include "engine/config/config.h"
@@ -31,7 +33,7 @@ int run(int argc, char** argv, parallel::MpiRuntime& mpi) {
   if (line.config.empty()) throw UserError("no config file given");
   const int stages = mpi.world_size();
   const bool root = mpi.world_rank() == 0;
-  torch::set_num_threads(1);
+  set_compute_threads(1);
   if (root)
     std::printf(
         "| micro-batches | stage | busy ms/step | idle ms/step | idle fraction | "
@@ -82,6 +84,7 @@ int run(int argc, char** argv, parallel::MpiRuntime& mpi) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  setup_process(argv);  // before MPI: it may re-execute the program
   parallel::MpiRuntime mpi(&argc, &argv);
   try {
     return run(argc, argv, mpi);

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <random>
 
+#include "common/process_setup.h"
 #include "common/user_error.h"
 #include "engine/config/config.h"
 #include "engine/data/indexed_dataset.h"
@@ -50,6 +51,7 @@ engine::TrainConfig bench_config(const std::vector<std::string>& assignments) {
 }
 
 int main_reporting_errors(int (*measure)(int, char**), int argc, char** argv) {
+  setup_process(argv);
   try {
     return measure(argc, argv);
   } catch (const UserError& e) {

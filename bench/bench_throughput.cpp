@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "bench_setup.h"
+#include "common/compute_threads.h"
 #include "engine/observe/gemm_peak.h"
 #include "engine/observe/memory_tracker.h"
 #include "engine/train/trainer.h"
@@ -22,7 +23,7 @@ using namespace retort;
 int measure(int argc, char** argv) {
   const int steps = argc > 1 ? std::atoi(argv[1]) : 5;
   const int threads = argc > 2 ? std::atoi(argv[2]) : int(std::thread::hardware_concurrency());
-  torch::set_num_threads(threads);
+  set_compute_threads(threads);
   engine::MemoryTracker& memory = engine::MemoryTracker::install();
 
   const std::string dir =

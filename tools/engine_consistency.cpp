@@ -5,6 +5,7 @@
 // Exits 1 if any layout fails a check, 2 on bad input.
 #include <iostream>
 
+#include "common/process_setup.h"
 #include "common/user_error.h"
 #include "engine/consistency/consistency_command.h"
 #include "parallel/mpi_runtime.h"
@@ -12,6 +13,7 @@
 using namespace retort;
 
 int main(int argc, char** argv) {
+  setup_process(argv);  // before MPI: it may re-execute the program
   parallel::MpiRuntime mpi(&argc, &argv);
   try {
     return engine::run_consistency_command(argc, argv, mpi);

@@ -8,6 +8,8 @@
 #include <iostream>
 #include <limits>
 
+#include "common/compute_threads.h"
+#include "common/process_setup.h"
 #include "common/user_error.h"
 #include "engine/config/command_line.h"
 #include "engine/config/config.h"
@@ -74,7 +76,7 @@ int train(int argc, char** argv, const parallel::MpiRuntime& mpi) {
 
   const int threads =
       train_config.runtime.threads > 0 ? int(train_config.runtime.threads) : mpi.threads_per_rank();
-  torch::set_num_threads(threads);
+  set_compute_threads(threads);
   if (vm.count("dry-run")) {
     if (root) std::cout << config.to_yaml() << "\n---\n" << engine::run_summary(train_config);
     return 0;
@@ -83,7 +85,7 @@ int train(int argc, char** argv, const parallel::MpiRuntime& mpi) {
   if (root)
     std::cout << "retort: " << mpi.world_size() << " rank(s), " << threads
               << " intra-op thread(s) per rank (" << mpi.local_size() << " on host " << mpi.host()
-              << ")\n"
+              << "); " << process_summary() << "\n"
               << engine::run_summary(train_config) << std::flush;
   parallel::Mesh mesh(train_config.layout);
   std::unique_ptr<engine::Trainer> trainer;
@@ -100,6 +102,7 @@ int train(int argc, char** argv, const parallel::MpiRuntime& mpi) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  setup_process(argv);  // before MPI: it may re-execute the program
   parallel::MpiRuntime mpi(&argc, &argv);
   try {
     return train(argc, argv, mpi);

@@ -1,0 +1,30 @@
+// common/process_setup.h: how a Retort program sets up its own process before any work, so
+// its speed does not depend on environment variables the user would have to know about.
+//  - OpenMP's idle workers sleep (OMP_WAIT_POLICY=passive). Torch's OpenMP pool and
+//    OpenBLAS's own threads take turns on the same cores; with libgomp's default, workers spin
+//    after every parallel region and steal the cores the matrix products need (measured on
+//    2 cores: 309 -> 450 tok/s). libgomp reads the variable when it is loaded, before main,
+//    so when it is unset the program sets it and re-executes itself once; a value the user
+//    set is kept.
+//  - glibc keeps freed memory (mallopt): without it, large freed blocks go back to the OS
+//    and every step page-faults its activations in again.
+//  - BLAS threads follow the engine's thread count (OpenBLAS's pthread pool otherwise takes
+//    every core in every rank).
+// RETORT_PROCESS_TUNING=0 turns the first two off (for measuring them).
+#pragma once
+#include <string>
+
+namespace retort {
+
+// Call first in main(), with main's arguments; may not return (re-executes the program).
+void setup_process(char** argv);
+
+// The number of threads the BLAS library runs its own products on, when it has a pool of its
+// own (OpenBLAS's pthread build); returns whether it has.
+bool set_blas_threads(int threads);
+// The BLAS library's own thread count, or 0 without a pool of its own.
+int blas_threads();
+// One line for the start-up banner: OpenMP's wait policy and the BLAS threads.
+std::string process_summary();
+
+}  // namespace retort

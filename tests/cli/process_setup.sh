@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# tests/cli/process_setup.sh: engine_train sets up its own process. Started without
+# OMP_WAIT_POLICY it runs with OpenMP waiting passively (it re-executes itself with the
+# variable set) and its BLAS threads equal its intra-op threads (runtime.threads=1 here, 2
+# ranks under mpirun); a policy the user set is kept; RETORT_PROCESS_TUNING=0 turns it off.
+# The environment alone proves nothing (libgomp reads it when loaded): libgomp's own display
+# (OMP_DISPLAY_ENV=verbose) must show its spin count at 0 in the process that trains.
+# Usage: process_setup.sh ENGINE_TRAIN CORPUS_PREFIX CONFIGS_DIR
+set -euo pipefail
+train=$1 corpus=$2 configs=$3
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+run() {  # run NAME RANKS THREADS [env assignments...]: prints the banner line
+  local name=$1 ranks=$2 threads=$3
+  shift 3
+  env -u OMP_WAIT_POLICY "$@" mpirun --oversubscribe -np "$ranks" "$train" "$configs/tiny.yaml" \
+    data.paths="[$corpus]" training.steps=1 training.eval_every=0 checkpoint.save_at_end=false \
+    runtime.peak_gflops=100 runtime.threads="$threads" run.dir="$work/$name" \
+    >"$work/$name.log" 2>&1 || { cat "$work/$name.log"; exit 1; }
+  grep '^retort: ' "$work/$name.log"
+}
+expect() {  # expect LINE PATTERN
+  if ! grep -q -- "$2" <<<"$1"; then
+    echo "FAIL: expected '$2' in: $1"
+    exit 1
+  fi
+}
+line=$(run unset 2 1 OMP_DISPLAY_ENV=verbose)
+expect "$line" "OpenMP wait policy passive"
+spins=$(grep "GOMP_SPINCOUNT" "$work/unset.log" | tail -1)
+expect "$spins" "GOMP_SPINCOUNT = '0'"
+expect "$line" "BLAS threads 1"
+line=$(run three 1 3)
+expect "$line" "BLAS threads 3"
+line=$(run user 1 2 OMP_WAIT_POLICY=active)
+expect "$line" "OpenMP wait policy active"
+line=$(run off 1 2 RETORT_PROCESS_TUNING=0 OMP_DISPLAY_ENV=verbose)
+expect "$line" "OpenMP wait policy default"
+spins=$(grep "GOMP_SPINCOUNT" "$work/off.log" | tail -1)
+expect "$spins" "GOMP_SPINCOUNT = '300000'"
+echo "process set-up: passive OpenMP by default, BLAS threads follow runtime.threads"
