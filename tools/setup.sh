@@ -13,6 +13,8 @@ packages=(
   libboost-program-options-dev
   nlohmann-json3-dev
   python3-matplotlib
+  # bench/peer: the PyTorch loop Retort is measured against, and the allocators it compares
+  python3-torch libjemalloc2 libtcmalloc-minimal4
 )
 
 missing=()
