@@ -6,16 +6,19 @@
 // Usage: bench_throughput [steps=5] [threads=cores] [key=value ...]
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <thread>
 
 #include "bench_setup.h"
 #include "common/compute_threads.h"
 #include "engine/observe/gemm_peak.h"
 #include "engine/observe/memory_tracker.h"
+#include "engine/observe/op_profile.h"
 #include "engine/train/trainer.h"
 
 using namespace retort;
@@ -78,6 +81,28 @@ int measure(int argc, char** argv) {
   std::printf("| fp32 GEMM 2048^3 GFLOP/s        | %12.1f |\n", peak_2048);
   std::printf("| MFU (vs best GEMM)              | %11.1f%% |\n", 100.0 * achieved / peak);
   std::printf("| peak tensor memory in a step    | %9.1f MB |\n", memory.peak_bytes() / 1e6);
+  // One more step under torch's profiler: where the step's time goes, by op family (the
+  // profiler's own cost inflates small ops, so shares, not the step time, are the point).
+  std::map<std::string, double> family_ms;
+  double profiled_ms = 0;
+  for (const engine::OpTime& op : engine::profile_ops([&] { trainer.train_step(); })) {
+    family_ms[engine::op_family(op.name)] += op.self_ms;
+    profiled_ms += op.self_ms;
+  }
+  std::vector<std::pair<double, std::string>> families;
+  for (const auto& [name, ms] : family_ms) families.push_back({ms, name});
+  std::sort(families.rbegin(), families.rend());
+  std::printf("\none profiled step, self time by op family (%.0f ms profiled):\n", profiled_ms);
+  std::printf("| op family                       | ms     | share  |\n");
+  std::printf("|---------------------------------|--------|--------|\n");
+  double shown = 0;
+  for (size_t i = 0; i < families.size() && i < 12; ++i) {
+    std::printf("| %-31s | %6.0f | %5.1f%% |\n", families[i].second.c_str(), families[i].first,
+                100 * families[i].first / profiled_ms);
+    shown += families[i].first;
+  }
+  std::printf("| %-31s | %6.0f | %5.1f%% |\n", "(the rest)", profiled_ms - shown,
+              100 * (profiled_ms - shown) / profiled_ms);
   // One machine-readable line for drivers (bench/peer/run_peer.py).
   std::printf(
       "json: {\"tokens_per_s\": %.3f, \"step_s\": %.6f, \"forward_s\": %.6f, "
