@@ -45,8 +45,8 @@ std::vector<OpTime> profile_ops(const std::function<void()>& work) {
 }
 
 std::string op_family(const std::string& name) {
-  for (const char* mm : {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::dot",
-                         "aten::addmv", "aten::mv"})
+  for (const char* mm : {"aten::mm", "aten::addmm", "aten::addmm_", "aten::bmm", "aten::baddbmm",
+                         "aten::baddbmm_", "aten::dot", "aten::addmv", "aten::mv"})
     if (name == mm) return "matrix products";
   return name;
 }

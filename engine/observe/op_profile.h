@@ -18,7 +18,7 @@ struct OpTime {
 // Ops by self time, largest first.
 std::vector<OpTime> profile_ops(const std::function<void()>& work);
 
-// The family of an op name: "matrix products" for mm / addmm / bmm / baddbmm / matmul's
+// The family of an op name: "matrix products" for mm / addmm(_) / bmm / baddbmm(_) / matmul's
 // kernels, else the name itself.
 std::string op_family(const std::string& name);
 
