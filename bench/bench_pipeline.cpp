@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "bench_mpi_main.h"
 #include "common/compute_threads.h"
 #include "common/process_setup.h"
 #include "common/user_error.h"
@@ -84,12 +85,5 @@ int run(int argc, char** argv, parallel::MpiRuntime& mpi) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  setup_process(argv);  // before MPI: it may re-execute the program
-  parallel::MpiRuntime mpi(&argc, &argv);
-  try {
-    return run(argc, argv, mpi);
-  } catch (const UserError& e) {
-    if (mpi.world_rank() == 0) std::cerr << "error: " << e.what() << std::endl;
-    parallel::MpiRuntime::abort_all(2);
-  }
+  return bench::mpi_main_reporting_errors(run, argc, argv);
 }

@@ -3,7 +3,9 @@
 
 #include <cmath>
 
+#include "layers/blocked_attention.h"
 #include "layers/functional.h"
+#include "layers/fused_ops.h"
 
 namespace retort::layers {
 
@@ -29,23 +31,29 @@ Attention::Attention(const ModelConfig& c, const std::string& p, int64_t window,
 
 torch::Tensor Attention::forward(const torch::Tensor& x, const torch::Tensor& rope_cos,
                                  const torch::Tensor& rope_sin, const torch::Tensor& mask,
-                                 const RecomputePolicy& recompute) const {
+                                 const RecomputePolicy& recompute,
+                                 const KernelPolicy& kernels) const {
   const int64_t b = x.size(0), s = x.size(1);
   auto heads = [&](const torch::Tensor& y) {
     return y.view({b, s, -1, head_dim_}).transpose(1, 2);  // [b, local heads, s, d]
   };
-  torch::Tensor q = apply_rope(heads(q_->forward(x)), rope_cos, rope_sin);
-  torch::Tensor k = apply_rope(heads(k_->forward(x)), rope_cos, rope_sin);
+  auto rotated = [&](const torch::Tensor& y) {
+    if (kernels.fused) return heads(fused_rope_(y, rope_cos, rope_sin));
+    return apply_rope(heads(y), rope_cos, rope_sin);
+  };
+  torch::Tensor q = rotated(q_->forward(x)), k = rotated(k_->forward(x));
   torch::Tensor v = heads(v_->forward(x));
-  torch::Tensor core;
-  if (recompute.active(Checkpointing::selective)) {  // keep q, k, v; not the b x h x s x s part
-    auto attend = [mask](const std::vector<torch::Tensor>& in) {
-      return std::vector<torch::Tensor>{grouped_attention(in[0], in[1], in[2], mask)};
-    };
-    core = run_recomputed(attend, {q, k, v}, recompute.offloader)[0];
-  } else {
-    core = grouped_attention(q, k, v, mask);
-  }
+  const int64_t block_rows = kernels.attention_block_rows, window = window_;
+  auto attend = [mask, block_rows, window](const std::vector<torch::Tensor>& in) {
+    if (block_rows > 0)
+      return std::vector<torch::Tensor>{blocked_attention(in[0], in[1], in[2], window, block_rows)};
+    return std::vector<torch::Tensor>{grouped_attention(in[0], in[1], in[2], mask)};
+  };
+  // Selective checkpointing keeps q, k, v and recomputes the core (for the dense core, the
+  // b x h x s x s part; the blocked core keeps only its output and a log-sum-exp per row).
+  torch::Tensor core = recompute.active(Checkpointing::selective)
+                           ? run_recomputed(attend, {q, k, v}, recompute.offloader)[0]
+                           : attend({q, k, v})[0];
   torch::Tensor out = core.transpose(1, 2).reshape({b, s, -1});
   return o_->forward(out);
 }

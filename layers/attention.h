@@ -7,6 +7,7 @@
 
 #include <optional>
 
+#include "layers/kernel_policy.h"
 #include "layers/model_config.h"
 #include "layers/parallel_linear.h"
 #include "layers/recompute.h"
@@ -21,7 +22,8 @@ class Attention {
   // returns the TP-reduced output (sequence-split under STP).
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& rope_cos,
                         const torch::Tensor& rope_sin, const torch::Tensor& mask,
-                        const RecomputePolicy& recompute = {}) const;
+                        const RecomputePolicy& recompute = {},
+                        const KernelPolicy& kernels = {}) const;
   int64_t window() const { return window_; }
 
  private:

@@ -2,6 +2,7 @@
 #include "layers/block.h"
 
 #include "layers/functional.h"
+#include "layers/fused_ops.h"
 
 namespace retort::layers {
 namespace {
@@ -19,15 +20,19 @@ ParamSpec norm_spec(const std::string& name, int64_t size) {
 }  // namespace
 
 const torch::Tensor& BlockContext::mask_for(int64_t window) const {
+  static const torch::Tensor no_mask;  // blocked attention masks each block itself
+  if (kernels.attention_block_rows > 0) return no_mask;
   if (window <= 0) return mask_full;
   return mask_by_window.at(window);
 }
 
 BlockContext make_block_context(const ModelConfig& config, int64_t seq_len,
-                                torch::TensorOptions options) {
+                                torch::TensorOptions options, const KernelPolicy& kernels) {
   BlockContext c;
+  c.kernels = kernels;
   std::tie(c.rope_cos, c.rope_sin) =
       rope_tables(seq_len, config.head_dim(), config.rope_theta, 0, options);
+  if (kernels.attention_block_rows > 0) return c;  // the blocked attention masks per block
   c.mask_full = attention_mask(seq_len, seq_len, 0, 0, options);
   for (int64_t layer = 0; layer < config.layers; ++layer) {
     const int64_t w = config.window_of_layer(layer);
@@ -68,12 +73,16 @@ torch::Tensor Block::forward(const torch::Tensor& x, const BlockContext& context
 
 torch::Tensor Block::forward_parts(const torch::Tensor& x, const BlockContext& context,
                                    CaptureSink* sink) const {
-  torch::Tensor mixer = attention_.forward(
-      tp_.enter_column(rms_norm(x, attn_norm_, norm_eps_)), context.rope_cos, context.rope_sin,
-      context.mask_for(attention_.window()), context.recompute);
+  auto norm = [&](const torch::Tensor& in, const torch::Tensor& weight) {
+    return context.kernels.fused ? fused_rms_norm(in, weight, norm_eps_)
+                                 : rms_norm(in, weight, norm_eps_);
+  };
+  torch::Tensor mixer =
+      attention_.forward(tp_.enter_column(norm(x, attn_norm_)), context.rope_cos, context.rope_sin,
+                         context.mask_for(attention_.window()), context.recompute, context.kernels);
   torch::Tensor h = x + mixer;
   torch::Tensor mlp =
-      mlp_.forward(tp_.enter_column(rms_norm(h, mlp_norm_, norm_eps_)), context.recompute);
+      mlp_.forward(tp_.enter_column(norm(h, mlp_norm_)), context.recompute, context.kernels);
   torch::Tensor out = h + mlp;
   if (sink) {
     sink->put(capture_name(index_, "mixer_output"), mixer);

@@ -13,6 +13,7 @@
 
 #include "layers/attention.h"
 #include "layers/capture.h"
+#include "layers/kernel_policy.h"
 #include "layers/mlp.h"
 #include "layers/model_config.h"
 #include "layers/parameters.h"
@@ -23,15 +24,17 @@ namespace retort::layers {
 
 // Tables shared by every block of one forward pass.
 struct BlockContext {
-  torch::Tensor rope_cos, rope_sin;                 // [seq, head_dim]
-  torch::Tensor mask_full;                          // causal mask [seq, seq]
-  std::map<int64_t, torch::Tensor> mask_by_window;  // sliding-window masks, by window size
-  RecomputePolicy recompute;                        // activation checkpointing / offloading
-  const torch::Tensor& mask_for(int64_t window) const;
+  torch::Tensor rope_cos, rope_sin;                     // [seq, head_dim]
+  torch::Tensor mask_full;                              // causal mask [seq, seq]
+  std::map<int64_t, torch::Tensor> mask_by_window;      // sliding-window masks, by window size
+  RecomputePolicy recompute;                            // activation checkpointing / offloading
+  KernelPolicy kernels;                                 // fused or composed, blocked or dense
+  const torch::Tensor& mask_for(int64_t window) const;  // undefined under blocked attention
 };
 
+// The dense masks are built only for dense attention (kernels.attention_block_rows 0).
 BlockContext make_block_context(const ModelConfig& config, int64_t seq_len,
-                                torch::TensorOptions options);
+                                torch::TensorOptions options, const KernelPolicy& kernels = {});
 
 class Block {
  public:

@@ -15,10 +15,16 @@ RETORT_NAMED_ENUM(Checkpointing, none, full, selective)
       "(recompute the attention core and the SwiGLU product)")                                   \
   KEY(bool, activation_offloading, "memory.activation_offloading", false, 0, 0,                  \
       "move what checkpointing keeps to the host store during forward, back one block ahead in " \
-      "backward (needs activation_checkpointing full or selective)")                            \
-  KEY(int64_t, head_chunk_tokens, "memory.head_chunk_tokens", 256, 0, 1e9,                      \
-      "tokens per chunk of the fused LM head + cross-entropy (no [tokens, vocab] logits); "     \
-      "0 = unfused")
+      "backward (needs activation_checkpointing full or selective)")                             \
+  KEY(int64_t, head_chunk_tokens, "memory.head_chunk_tokens", 256, 0, 1e9,                       \
+      "tokens per chunk of the fused LM head + cross-entropy (no [tokens, vocab] logits); "      \
+      "0 = unfused")                                                                             \
+  KEY(bool, fused_kernels, "memory.fused_kernels", true, 0, 0,                                   \
+      "one-pass RMSNorm, SwiGLU and in-place RoPE with hand-written backward (keep less for "    \
+      "backward); false = composed torch ops")                                                   \
+  KEY(int64_t, attention_block_rows, "memory.attention_block_rows", 128, 0, 1e9,                 \
+      "query rows per block of the causal attention (online softmax, no batch x heads x seq "    \
+      "x seq scores, blocks above the diagonal skipped); 0 = dense attention")
 
 struct MemoryConfig {
   RETORT_MEMORY_KEYS(RETORT_FIELD)

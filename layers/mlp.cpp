@@ -3,6 +3,8 @@
 
 #include <cmath>
 
+#include "layers/fused_ops.h"
+
 namespace retort::layers {
 
 SwiGluMlp::SwiGluMlp(const ModelConfig& c, const std::string& p, ParameterStore& store,
@@ -13,13 +15,16 @@ SwiGluMlp::SwiGluMlp(const ModelConfig& c, const std::string& p, ParameterStore&
   down_.emplace(LinearSpec{p + "down_proj", c.ffn_hidden, c.hidden, out_std}, store, tp);
 }
 
-torch::Tensor SwiGluMlp::forward(const torch::Tensor& x, const RecomputePolicy& recompute) const {
+torch::Tensor SwiGluMlp::forward(const torch::Tensor& x, const RecomputePolicy& recompute,
+                                 const KernelPolicy& kernels) const {
   torch::Tensor gate = gate_->forward(x), up = up_->forward(x);
-  if (!recompute.active(Checkpointing::selective)) return down_->forward(torch::silu(gate) * up);
-  // Keep gate and up; the silu and the product are recomputed in backward.
-  auto product = [](const std::vector<torch::Tensor>& in) {
-    return std::vector<torch::Tensor>{torch::silu(in[0]) * in[1]};
+  const bool fused = kernels.fused;
+  auto product = [fused](const std::vector<torch::Tensor>& in) {
+    return std::vector<torch::Tensor>{fused ? fused_swiglu(in[0], in[1])
+                                            : torch::silu(in[0]) * in[1]};
   };
+  // Selective checkpointing keeps gate and up; the silu and the product are recomputed.
+  if (!recompute.active(Checkpointing::selective)) return down_->forward(product({gate, up})[0]);
   return down_->forward(run_recomputed(product, {gate, up}, recompute.offloader)[0]);
 }
 

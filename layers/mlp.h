@@ -5,6 +5,7 @@
 
 #include <optional>
 
+#include "layers/kernel_policy.h"
 #include "layers/model_config.h"
 #include "layers/parallel_linear.h"
 #include "layers/recompute.h"
@@ -16,7 +17,8 @@ class SwiGluMlp {
   SwiGluMlp(const ModelConfig& config, const std::string& prefix, ParameterStore& store,
             const TensorParallel& tp);
   // x: column-parallel input [b, s, h]; returns the TP-reduced output.
-  torch::Tensor forward(const torch::Tensor& x, const RecomputePolicy& recompute = {}) const;
+  torch::Tensor forward(const torch::Tensor& x, const RecomputePolicy& recompute = {},
+                        const KernelPolicy& kernels = {}) const;
 
  private:
   std::optional<ColumnParallelLinear> gate_, up_;

@@ -2,6 +2,7 @@
 #include "layers/model.h"
 
 #include "layers/functional.h"
+#include "layers/fused_ops.h"
 #include "layers/vocab_parallel.h"
 
 namespace retort::layers {
@@ -51,7 +52,7 @@ torch::Tensor LlamaModel::embed(const torch::Tensor& tokens) const {
 
 torch::Tensor LlamaModel::run_blocks(torch::Tensor x, int64_t seq_len, CaptureSink* sink) const {
   if (blocks_.empty()) return x;
-  BlockContext context = make_block_context(config_, seq_len, x.options());
+  BlockContext context = make_block_context(config_, seq_len, x.options(), kernels_);
   context.recompute = recompute_;
   if (recompute_.offloader) recompute_.offloader->begin_chain();
   for (const Block& block : blocks_) x = block.forward(x, context, sink);
@@ -60,7 +61,9 @@ torch::Tensor LlamaModel::run_blocks(torch::Tensor x, int64_t seq_len, CaptureSi
 
 torch::Tensor LlamaModel::head_input(const torch::Tensor& hidden) const {
   TORCH_CHECK(stage_.head, "the LM head runs on the last pipeline stage only");
-  return tp_.enter_column(rms_norm(hidden, final_norm_, config_.norm_eps));
+  torch::Tensor normed = kernels_.fused ? fused_rms_norm(hidden, final_norm_, config_.norm_eps)
+                                        : rms_norm(hidden, final_norm_, config_.norm_eps);
+  return tp_.enter_column(normed);
 }
 
 torch::Tensor LlamaModel::unmasked_logits(const torch::Tensor& hidden) const {

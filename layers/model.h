@@ -64,6 +64,8 @@ class LlamaModel {
   // What the blocks keep for backward (activation checkpointing and offloading).
   void set_recompute(const RecomputePolicy& policy) { recompute_ = policy; }
   const RecomputePolicy& recompute() const { return recompute_; }
+  void set_kernels(const KernelPolicy& kernels) { kernels_ = kernels; }
+  const KernelPolicy& kernels() const { return kernels_; }
   // Tokens per chunk of the fused LM head + cross-entropy of head_loss_sum; 0 = unfused
   // (full logits, then the vocabulary-parallel cross-entropy).
   void set_head_chunk_tokens(int64_t tokens) { head_chunk_tokens_ = tokens; }
@@ -76,6 +78,7 @@ class LlamaModel {
   TensorParallel tp_;
   ModelStage stage_;
   RecomputePolicy recompute_;
+  KernelPolicy kernels_;
   int64_t head_chunk_tokens_ = 256;
   torch::Tensor embed_, final_norm_, lm_head_;
   std::vector<Block> blocks_;

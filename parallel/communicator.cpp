@@ -2,6 +2,8 @@
 #include "parallel/communicator.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <limits>
 #include <stdexcept>
 
@@ -9,6 +11,22 @@
 
 namespace retort::parallel {
 namespace {
+
+std::atomic<int64_t> blocked_nanoseconds{0};
+
+// Adds the time from construction to destruction to the exposed communication time.
+class BlockedTime {
+ public:
+  BlockedTime() : start_(std::chrono::steady_clock::now()) {}
+  ~BlockedTime() {
+    blocked_nanoseconds += std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               std::chrono::steady_clock::now() - start_)
+                               .count();
+  }
+
+ private:
+  std::chrono::steady_clock::time_point start_;
+};
 
 MPI_Datatype mpi_type(const torch::Tensor& t) {
   switch (t.scalar_type()) {
@@ -98,6 +116,13 @@ bool fits(const std::vector<int64_t>& counts) {
 
 }  // namespace
 
+double exposed_communication_seconds() {
+  return blocked_nanoseconds.load() * 1e-9;
+}
+void reset_exposed_communication_seconds() {
+  blocked_nanoseconds = 0;
+}
+
 Handle::Handle(MPI_Request request, std::function<void()> finish) : finish_(std::move(finish)) {
   if (request != MPI_REQUEST_NULL) requests_.push_back(request);
 }
@@ -120,7 +145,10 @@ Handle::~Handle() {
   if (pending()) wait();
 }
 void Handle::wait() {
-  if (!requests_.empty()) MPI_Waitall(int(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
+  if (!requests_.empty()) {
+    BlockedTime blocked;
+    MPI_Waitall(int(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
+  }
   requests_.clear();
   if (finish_) {
     auto finish = std::move(finish_);
@@ -359,6 +387,7 @@ void Communicator::broadcast(torch::Tensor& t, int root) {
     nccl().broadcast(t.data_ptr(), t.numel(), nccl_type(t), root);
     return nccl().synchronize();
   }
+  BlockedTime blocked;
   if (size_ > 1)
     for_each_piece(t.numel(), [&](int64_t offset, int n) {
       MPI_Bcast(element(t, offset), n, mpi_type(t), root, comm_);
@@ -407,6 +436,7 @@ Handle Communicator::recv_async(torch::Tensor& t, int source, int tag) {
 
 void Communicator::barrier() {
   count("barrier", 0);
+  BlockedTime blocked;
   if (size_ > 1) MPI_Barrier(comm_);
 }
 

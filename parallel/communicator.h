@@ -18,6 +18,13 @@ namespace retort::parallel {
 
 enum class ReduceOp { Sum, Max };
 
+// Seconds this process has spent blocked in communication since start (or the last reset):
+// in Handle::wait (which every blocking collective, send and receive goes through), in
+// broadcast and in barrier. Time an asynchronous operation overlaps with computation is not
+// counted: this is the exposed part. Waits for a slower peer count too, as they should.
+double exposed_communication_seconds();
+void reset_exposed_communication_seconds();
+
 struct OpCounter {
   int64_t calls = 0;
   int64_t bytes = 0;

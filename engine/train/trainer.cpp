@@ -74,6 +74,7 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
     offloader_ = std::make_unique<layers::ActivationOffloader>();
   model_->set_recompute({memory_config.activation_checkpointing, offloader_.get()});
   model_->set_head_chunk_tokens(memory_config.head_chunk_tokens);
+  model_->set_kernels({memory_config.fused_kernels, memory_config.attention_block_rows});
   // Gradients are allocated inside backward as temporaries; once accumulated they count as
   // gradients (hooked before the gradient sync, which may free them).
   gradient_accounting_ = std::make_unique<GradReadyHooks>(*store_, [this, &memory](size_t k) {

@@ -39,7 +39,8 @@ torch::Tensor ref_rope(const torch::Tensor& x, double theta) {  // x [seq, d]
 }
 
 torch::Tensor ref_block(const ModelConfig& c, const ParameterStore& st, int64_t layer,
-                        const torch::Tensor& x /* [s, h] */, std::map<std::string, torch::Tensor>* captures) {
+                        const torch::Tensor& x /* [s, h] */,
+                        std::map<std::string, torch::Tensor>* captures) {
   const std::string p = "layers." + std::to_string(layer) + ".";
   const int64_t s = x.size(0), d = c.head_dim(), group = c.heads / c.kv_heads;
   const int64_t window = c.window_of_layer(layer);
@@ -80,7 +81,8 @@ torch::Tensor ref_block(const ModelConfig& c, const ParameterStore& st, int64_t 
 }
 
 // Logits of one sequence [s] -> [s, vocab].
-torch::Tensor ref_logits(const ModelConfig& c, const ParameterStore& st, const torch::Tensor& tokens,
+torch::Tensor ref_logits(const ModelConfig& c, const ParameterStore& st,
+                         const torch::Tensor& tokens,
                          std::map<std::string, torch::Tensor>* captures) {
   torch::Tensor x = param(st, "embed.weight").index_select(0, tokens);
   for (int64_t l = 0; l < c.layers; ++l) x = ref_block(c, st, l, x, captures);
@@ -104,9 +106,12 @@ ModelConfig small_config() {
   return c;
 }
 
-void check_against_reference(const ModelConfig& c) {
+void check_against_reference(const ModelConfig& c, const KernelPolicy& kernels) {
+  SCOPED_TRACE(::testing::Message() << "fused " << kernels.fused << ", attention block rows "
+                                    << kernels.attention_block_rows);
   ParameterStore store(7, torch::kDouble);
   LlamaModel model(c, store);
+  model.set_kernels(kernels);
   {  // Non-trivial norms and biases, so a mistake in how they are applied shows.
     torch::NoGradGuard g;
     for (auto& p : store.all())
@@ -145,6 +150,14 @@ void check_against_reference(const ModelConfig& c) {
   }
   EXPECT_NEAR(loss.item<double>(), ref_loss, 1e-9 * std::abs(ref_loss));
   EXPECT_EQ(count_targets(targets), b * s - 2);
+}
+
+// The fused kernels with blocked attention in several query blocks (s = 9), with one block,
+// and the composed torch ops with dense attention all match the same reference.
+void check_against_reference(const ModelConfig& c) {
+  for (KernelPolicy kernels :
+       {KernelPolicy{true, 4}, KernelPolicy{true, 128}, KernelPolicy{false, 0}})
+    check_against_reference(c, kernels);
 }
 
 }  // namespace

@@ -1,0 +1,173 @@
+// layers/blocked_attention.cpp: see blocked_attention.h.
+#include "layers/blocked_attention.h"
+
+#include <cmath>
+#include <limits>
+
+#include "layers/functional.h"
+
+namespace retort::layers {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// The sizes every block loop needs.
+struct Shape {
+  int64_t b, kv_heads, group, s, d, window, block_rows, key_block;
+  double scale;
+};
+
+Shape shape_of(const torch::Tensor& q, const torch::Tensor& k, int64_t window, int64_t block_rows,
+               int64_t key_block) {
+  const int64_t d = q.size(3);
+  return {q.size(0),  k.size(1), q.size(1) / k.size(1),     q.size(2), d, window,
+          block_rows, key_block, 1.0 / std::sqrt(double(d))};
+}
+
+// One block of keys [begin, begin + size) met by the query block [q0, q0 + rows).
+struct KeyBlock {
+  int64_t begin, size;
+  bool needs_mask;
+};
+
+// The key blocks query rows q0 .. q0+rows-1 can see: keys up to the last row (causal), and
+// from the first row's window start.
+std::vector<KeyBlock> key_blocks(const Shape& sh, int64_t q0, int64_t rows) {
+  const int64_t last = q0 + rows - 1;
+  const int64_t lo = sh.window > 0 ? std::max<int64_t>(0, q0 - sh.window + 1) : 0;
+  std::vector<KeyBlock> blocks;
+  for (int64_t k0 = lo; k0 <= last; k0 += sh.key_block) {
+    const int64_t size = std::min(sh.key_block, last + 1 - k0);
+    const bool above_diagonal = k0 + size - 1 > q0;
+    const bool outside_window = sh.window > 0 && last - k0 >= sh.window;
+    blocks.push_back({k0, size, above_diagonal || outside_window});
+  }
+  return blocks;
+}
+
+// Scaled scores [b, kv_heads, group * rows, keys] of one (query block, key block) pair, with
+// -inf where a key is invisible.
+torch::Tensor block_scores(const Shape& sh, const torch::Tensor& q_block, const torch::Tensor& k,
+                           int64_t q0, int64_t rows, const KeyBlock& kb) {
+  torch::Tensor scores = torch::matmul(q_block, k.narrow(2, kb.begin, kb.size).transpose(-1, -2));
+  if (kb.needs_mask) {
+    torch::Tensor mask = attention_mask(rows, kb.size, q0 - kb.begin, sh.window, scores.options());
+    scores.view({sh.b, sh.kv_heads, sh.group, rows, kb.size}).add_(mask);
+  }
+  return scores;
+}
+
+// Rows q0 .. q0+rows-1 of t [b, kv_heads, group, s, ...] as [b, kv_heads, group * rows, ...].
+torch::Tensor rows_of(const torch::Tensor& t, const Shape& sh, int64_t q0, int64_t rows) {
+  std::vector<int64_t> sizes{sh.b, sh.kv_heads, sh.group * rows};
+  if (t.dim() == 5) sizes.push_back(t.size(4));
+  return t.narrow(3, q0, rows).reshape(sizes);
+}
+
+struct BlockedAttention : torch::autograd::Function<BlockedAttention> {
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor q, torch::Tensor k,
+                               torch::Tensor v, int64_t window, int64_t block_rows,
+                               int64_t key_block) {
+    const Shape sh = shape_of(q, k, window, block_rows, key_block);
+    const double neg_inf = -std::numeric_limits<double>::infinity();
+    torch::Tensor q5 = q.reshape({sh.b, sh.kv_heads, sh.group, sh.s, sh.d});
+    // The output is laid out [b, s, heads, d], what the o projection reads.
+    torch::Tensor out = torch::empty({sh.b, sh.s, sh.kv_heads, sh.group, sh.d}, q.options());
+    torch::Tensor lse = torch::empty({sh.b, sh.kv_heads, sh.group, sh.s}, q.options());
+    for (int64_t q0 = 0; q0 < sh.s; q0 += sh.block_rows) {
+      const int64_t rows = std::min(sh.block_rows, sh.s - q0);
+      torch::Tensor q_block = rows_of(q5, sh, q0, rows).mul(sh.scale);
+      torch::Tensor running_max, running_sum, acc;
+      for (const KeyBlock& kb : key_blocks(sh, q0, rows)) {
+        torch::Tensor p = block_scores(sh, q_block, k, q0, rows, kb);
+        torch::Tensor block_max = p.amax(-1, /*keepdim=*/true);
+        torch::Tensor new_max =
+            running_max.defined() ? torch::maximum(running_max, block_max) : block_max;
+        // Rows that have seen no visible key yet keep max -inf; shift them by 0 so exp gives 0.
+        torch::Tensor shift = new_max.masked_fill(new_max == neg_inf, 0.0);
+        p.sub_(shift).exp_();
+        torch::Tensor pv = torch::matmul(p, v.narrow(2, kb.begin, kb.size));
+        if (!acc.defined()) {
+          running_sum = p.sum(-1, true);
+          acc = pv;
+        } else {
+          torch::Tensor decay = (running_max - shift).exp_();
+          running_sum = running_sum.mul_(decay).add_(p.sum(-1, true));
+          acc = acc.mul_(decay).add_(pv);
+        }
+        running_max = new_max;
+      }
+      acc.div_(running_sum);
+      out.narrow(1, q0, rows)
+          .copy_(acc.view({sh.b, sh.kv_heads, sh.group, rows, sh.d}).permute({0, 3, 1, 2, 4}));
+      lse.narrow(3, q0, rows)
+          .copy_((running_max + running_sum.log()).view({sh.b, sh.kv_heads, sh.group, rows}));
+    }
+    torch::Tensor result = out.view({sh.b, sh.s, sh.kv_heads * sh.group, sh.d}).transpose(1, 2);
+    ctx->save_for_backward({q, k, v, result, lse});
+    ctx->saved_data["window"] = window;
+    ctx->saved_data["block_rows"] = block_rows;
+    ctx->saved_data["key_block"] = key_block;
+    return result;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3],
+                        &lse = saved[4];
+    const Shape sh =
+        shape_of(q, k, ctx->saved_data["window"].toInt(), ctx->saved_data["block_rows"].toInt(),
+                 ctx->saved_data["key_block"].toInt());
+    auto as5 = [&](const torch::Tensor& t) {
+      return t.reshape({sh.b, sh.kv_heads, sh.group, sh.s, sh.d});
+    };
+    torch::Tensor q5 = as5(q), d_out5 = as5(grads[0]);
+    // D_i = sum_j dO_ij O_ij: the softmax backward's row term, from the output.
+    torch::Tensor row_dot = (grads[0] * out).sum(-1).view({sh.b, sh.kv_heads, sh.group, sh.s});
+    torch::Tensor dq = torch::zeros({sh.b, sh.kv_heads, sh.group, sh.s, sh.d}, q.options());
+    torch::Tensor dk = torch::zeros_like(k, torch::MemoryFormat::Contiguous);
+    torch::Tensor dv = torch::zeros_like(v, torch::MemoryFormat::Contiguous);
+    for (int64_t q0 = 0; q0 < sh.s; q0 += sh.block_rows) {
+      const int64_t rows = std::min(sh.block_rows, sh.s - q0);
+      torch::Tensor q_block = rows_of(q5, sh, q0, rows).mul(sh.scale);
+      torch::Tensor d_out = rows_of(d_out5, sh, q0, rows);
+      torch::Tensor lse_block = rows_of(lse, sh, q0, rows).unsqueeze(-1);
+      torch::Tensor dot_block = rows_of(row_dot, sh, q0, rows).unsqueeze(-1);
+      torch::Tensor dq_block;
+      for (const KeyBlock& kb : key_blocks(sh, q0, rows)) {
+        torch::Tensor p = block_scores(sh, q_block, k, q0, rows, kb).sub_(lse_block).exp_();
+        dv.narrow(2, kb.begin, kb.size).add_(torch::matmul(p.transpose(-1, -2), d_out));
+        torch::Tensor ds = torch::matmul(d_out, v.narrow(2, kb.begin, kb.size).transpose(-1, -2))
+                               .sub_(dot_block)
+                               .mul_(p);
+        torch::Tensor dq_part = torch::matmul(ds, k.narrow(2, kb.begin, kb.size));
+        dq_block = dq_block.defined() ? dq_block.add_(dq_part) : dq_part;
+        dk.narrow(2, kb.begin, kb.size).add_(torch::matmul(ds.transpose(-1, -2), q_block));
+      }
+      dq.narrow(3, q0, rows)
+          .copy_(dq_block.mul_(sh.scale).view({sh.b, sh.kv_heads, sh.group, rows, sh.d}));
+    }
+    return {dq.view({sh.b, sh.kv_heads * sh.group, sh.s, sh.d}),
+            dk,
+            dv,
+            torch::Tensor(),
+            torch::Tensor(),
+            torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor blocked_attention(const torch::Tensor& q, const torch::Tensor& k,
+                                const torch::Tensor& v, int64_t window, int64_t block_rows,
+                                int64_t key_block) {
+  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "blocked_attention: 4-d q, k, v");
+  TORCH_CHECK(q.size(1) % k.size(1) == 0,
+              "blocked_attention: heads must be a multiple of kv_heads");
+  TORCH_CHECK(q.size(2) == k.size(2), "blocked_attention: queries and keys of one length");
+  TORCH_CHECK(block_rows > 0 && key_block > 0, "blocked_attention: block sizes must be positive");
+  return BlockedAttention::apply(q, k, v, window, block_rows, key_block);
+}
+
+}  // namespace retort::layers

@@ -1,0 +1,208 @@
+// tests/unit/fused_kernels_test.cpp: the fused kernels (layers/fused_ops.h) and the blocked
+// attention (layers/blocked_attention.h) against the composed torch ops of
+// layers/functional.h: outputs and every input gradient, in float64 (to round-off) and in
+// float32 against a float64 reference (within fp32 round-off). Shapes are chosen to expose
+// the easy mistakes: row counts that do not split evenly across threads, sequences that are
+// not a multiple of the block, windows shorter than a block (rows with no visible key in a
+// key block), several key blocks (the online softmax), GQA.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "engine/observe/memory_tracker.h"
+#include "layers/blocked_attention.h"
+#include "layers/functional.h"
+#include "layers/fused_ops.h"
+
+using namespace retort::layers;
+
+namespace {
+
+// max |a - b| relative to max |b|, or to 1 when b is smaller: every input and seed here is
+// O(1), and some exact gradients are zero (a window of 1 gives zero dq and dk).
+double relative_error(const torch::Tensor& a, const torch::Tensor& b) {
+  const double scale = std::max(b.abs().max().item<double>(), 1.0);
+  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>() / scale;
+}
+
+// Outputs and gradients of fn on copies of inputs (leaves requiring grad), seeded with seed.
+struct Outcome {
+  torch::Tensor out;
+  std::vector<torch::Tensor> grads;
+};
+template <typename Fn>
+Outcome run(const Fn& fn, const std::vector<torch::Tensor>& inputs, const torch::Tensor& seed) {
+  std::vector<torch::Tensor> leaves;
+  for (const torch::Tensor& t : inputs) leaves.push_back(t.detach().clone().requires_grad_(true));
+  Outcome r;
+  r.out = fn(leaves);
+  r.out.backward(seed.to(r.out.scalar_type()));
+  for (const torch::Tensor& t : leaves) r.grads.push_back(t.grad());
+  return r;
+}
+
+// fused in `dtype` against reference in float64, both on the same inputs.
+template <typename Fused, typename Reference>
+void expect_match(const Fused& fused, const Reference& reference,
+                  const std::vector<torch::Tensor>& inputs64, const torch::Tensor& seed64,
+                  torch::ScalarType dtype, double tolerance) {
+  std::vector<torch::Tensor> inputs;
+  for (const torch::Tensor& t : inputs64) inputs.push_back(t.to(dtype));
+  Outcome got = run(fused, inputs, seed64.to(dtype));
+  Outcome want = run(reference, inputs64, seed64);
+  EXPECT_EQ(got.out.scalar_type(), dtype);
+  EXPECT_LT(relative_error(got.out, want.out), tolerance) << "output";
+  for (size_t i = 0; i < inputs.size(); ++i)
+    EXPECT_LT(relative_error(got.grads[i], want.grads[i]), tolerance) << "gradient of input " << i;
+}
+
+constexpr double kFloat64Tol = 1e-12, kFloat32Tol = 2e-5;
+
+}  // namespace
+
+TEST(FusedKernels, RmsNormMatchesComposedOps) {
+  torch::manual_seed(1);
+  for (int64_t rows : {1, 7, 203}) {
+    const int64_t n = 96;
+    torch::Tensor x = torch::randn({rows, n}, torch::kDouble) * 3 + 0.5;
+    torch::Tensor w = torch::randn({n}, torch::kDouble);
+    torch::Tensor seed = torch::randn({rows, n}, torch::kDouble);
+    auto fused = [](const std::vector<torch::Tensor>& in) {
+      return fused_rms_norm(in[0], in[1], 1e-5);
+    };
+    auto reference = [](const std::vector<torch::Tensor>& in) {
+      return rms_norm(in[0], in[1], 1e-5);
+    };
+    SCOPED_TRACE(rows);
+    expect_match(fused, reference, {x, w}, seed, torch::kDouble, kFloat64Tol);
+    expect_match(fused, reference, {x, w}, seed, torch::kFloat, kFloat32Tol);
+  }
+}
+
+TEST(FusedKernels, RmsNormWeightGradientDoesNotDependOnThreads) {
+  torch::manual_seed(2);
+  torch::Tensor x = torch::randn({301, 64}), w = torch::randn({64}), seed = torch::randn({301, 64});
+  auto weight_grad = [&](int threads) {
+    const int before = torch::get_num_threads();
+    torch::set_num_threads(threads);
+    Outcome r =
+        run([](const std::vector<torch::Tensor>& in) { return fused_rms_norm(in[0], in[1], 1e-6); },
+            {x, w}, seed);
+    torch::set_num_threads(before);
+    return r.grads[1];
+  };
+  torch::Tensor one = weight_grad(1), two = weight_grad(2);
+  EXPECT_LT(relative_error(one, two), kFloat32Tol);
+}
+
+TEST(FusedKernels, SwigluMatchesComposedOpsIncludingLargeGates) {
+  torch::manual_seed(3);
+  torch::Tensor gate = torch::randn({5, 333}, torch::kDouble) * 4;
+  gate[0][0] = 95.0;  // beyond the float exp's clamp on either side
+  gate[0][1] = -95.0;
+  gate[0][2] = 0.0;
+  torch::Tensor up = torch::randn({5, 333}, torch::kDouble);
+  torch::Tensor seed = torch::randn({5, 333}, torch::kDouble);
+  auto fused = [](const std::vector<torch::Tensor>& in) { return fused_swiglu(in[0], in[1]); };
+  auto reference = [](const std::vector<torch::Tensor>& in) { return torch::silu(in[0]) * in[1]; };
+  expect_match(fused, reference, {gate, up}, seed, torch::kDouble, kFloat64Tol);
+  expect_match(fused, reference, {gate, up}, seed, torch::kFloat, kFloat32Tol);
+}
+
+TEST(FusedKernels, RopeInPlaceMatchesRotateHalf) {
+  torch::manual_seed(4);
+  const int64_t b = 3, s = 11, heads = 5, d = 16;
+  auto [cos64, sin64] = rope_tables(s, d, 500.0, 0, torch::TensorOptions().dtype(torch::kDouble));
+  torch::Tensor x = torch::randn({b, s, heads * d}, torch::kDouble);
+  torch::Tensor seed = torch::randn({b, s, heads * d}, torch::kDouble);
+  for (torch::ScalarType dtype : {torch::kDouble, torch::kFloat}) {
+    torch::Tensor cos = cos64.to(dtype), sin = sin64.to(dtype);
+    // As in the attention: rotate the output of a projection (a non-leaf), in place.
+    auto fused = [&](const std::vector<torch::Tensor>& in) {
+      torch::Tensor projected = in[0] * 1.0;
+      torch::Tensor rotated = fused_rope_(projected, cos, sin);
+      EXPECT_EQ(rotated.data_ptr(), projected.data_ptr()) << "not in place";
+      return rotated;
+    };
+    auto reference = [&](const std::vector<torch::Tensor>& in) {
+      torch::Tensor per_head = in[0].view({b, s, heads, d}).transpose(1, 2);
+      return apply_rope(per_head, cos64, sin64).transpose(1, 2).reshape({b, s, heads * d});
+    };
+    expect_match(fused, reference, {x}, seed, dtype,
+                 dtype == torch::kDouble ? kFloat64Tol : kFloat32Tol);
+  }
+}
+
+namespace {
+
+// Blocked attention against the dense grouped attention with its mask.
+void check_blocked_attention(int64_t heads, int64_t kv_heads, int64_t s, int64_t window,
+                             int64_t block_rows, int64_t key_block) {
+  SCOPED_TRACE(::testing::Message()
+               << "heads " << heads << "/" << kv_heads << " s " << s << " window " << window
+               << " blocks " << block_rows << "x" << key_block);
+  const int64_t b = 2, d = 8;
+  // Laid out as the attention makes them: [b, s, heads, d] viewed as [b, heads, s, d].
+  auto per_head = [&](int64_t h) {
+    return (torch::randn({b, s, h, d}, torch::kDouble) * 1.5).transpose(1, 2);
+  };
+  torch::Tensor q = per_head(heads), k = per_head(kv_heads), v = per_head(kv_heads);
+  torch::Tensor seed = torch::randn({b, heads, s, d}, torch::kDouble);
+  auto blocked = [&](const std::vector<torch::Tensor>& in) {
+    return blocked_attention(in[0], in[1], in[2], window, block_rows, key_block);
+  };
+  auto dense = [&](const std::vector<torch::Tensor>& in) {
+    torch::Tensor mask = attention_mask(s, s, 0, window, in[0].options());
+    return grouped_attention(in[0], in[1], in[2], mask);
+  };
+  expect_match(blocked, dense, {q, k, v}, seed, torch::kDouble, kFloat64Tol);
+  expect_match(blocked, dense, {q, k, v}, seed, torch::kFloat, kFloat32Tol);
+}
+
+}  // namespace
+
+TEST(BlockedAttention, MatchesDenseCausal) {
+  torch::manual_seed(5);
+  check_blocked_attention(4, 2, 37, 0, 8, 16);    // GQA, several query and key blocks
+  check_blocked_attention(4, 4, 37, 0, 64, 512);  // one block covering the whole sequence
+  check_blocked_attention(6, 1, 33, 0, 5, 3);     // multi-query, key blocks smaller than rows
+}
+
+TEST(BlockedAttention, MatchesDenseSlidingWindow) {
+  torch::manual_seed(6);
+  check_blocked_attention(4, 2, 37, 5, 8, 4);    // window shorter than a query block
+  check_blocked_attention(4, 2, 37, 12, 8, 16);  // window spanning blocks
+  check_blocked_attention(2, 2, 20, 1, 7, 3);    // each query sees only itself
+}
+
+TEST(BlockedAttention, NeverHoldsASequenceSquaredTensor) {
+  // Measured with the tracking allocator: what forward leaves alive for backward (beyond
+  // q, k, v themselves) is the output and one log-sum-exp per query row, and the peak inside
+  // forward and backward stays far below one dense [s, s] score matrix per head. The dense
+  // attention, measured the same way, keeps its softmax: the measurement can tell them apart.
+  retort::engine::MemoryTracker& tracker = retort::engine::MemoryTracker::install();
+  const int64_t b = 1, heads = 2, d = 16, s = 1024, block_rows = 64;
+  const int64_t scores_bytes = b * heads * s * s * int64_t(sizeof(float));
+  const int64_t output_bytes = b * heads * s * d * int64_t(sizeof(float));
+  const int64_t lse_bytes = b * heads * s * int64_t(sizeof(float));
+  auto measure = [&](bool blocked, int64_t& kept, int64_t& peak) {
+    torch::manual_seed(7);
+    torch::Tensor q = torch::randn({b, heads, s, d}).requires_grad_(true);
+    torch::Tensor k = torch::randn({b, heads, s, d}).requires_grad_(true);
+    torch::Tensor v = torch::randn({b, heads, s, d}).requires_grad_(true);
+    torch::Tensor seed = torch::randn({b, heads, s, d});
+    const int64_t before = tracker.current_bytes();
+    tracker.reset_peak();
+    torch::Tensor out = blocked
+                            ? blocked_attention(q, k, v, 0, block_rows)
+                            : grouped_attention(q, k, v, attention_mask(s, s, 0, 0, q.options()));
+    kept = tracker.current_bytes() - before;
+    out.backward(seed);
+    peak = tracker.peak_bytes() - before;
+  };
+  int64_t blocked_kept = 0, blocked_peak = 0, dense_kept = 0, dense_peak = 0;
+  measure(true, blocked_kept, blocked_peak);
+  measure(false, dense_kept, dense_peak);
+  EXPECT_LE(blocked_kept, output_bytes + lse_bytes);
+  EXPECT_LT(blocked_peak, scores_bytes / 4);
+  EXPECT_GE(dense_kept, scores_bytes);
+}
