@@ -106,6 +106,12 @@ TEST(FusedKernels, SwigluMatchesComposedOpsIncludingLargeGates) {
   auto reference = [](const std::vector<torch::Tensor>& in) { return torch::silu(in[0]) * in[1]; };
   expect_match(fused, reference, {gate, up}, seed, torch::kDouble, kFloat64Tol);
   expect_match(fused, reference, {gate, up}, seed, torch::kFloat, kFloat32Tol);
+  // Element by element too: the float loop's own exp must be good to a few ulp everywhere,
+  // not only against the largest element.
+  torch::Tensor got = fused_swiglu(gate.to(torch::kFloat), up.to(torch::kFloat)).to(torch::kDouble);
+  torch::Tensor want = torch::silu(gate.to(torch::kFloat).to(torch::kDouble)) *
+                       up.to(torch::kFloat).to(torch::kDouble);
+  EXPECT_LT(((got - want).abs() / (want.abs() + 1e-6)).max().item<double>(), 2e-6);
 }
 
 TEST(FusedKernels, RopeInPlaceMatchesRotateHalf) {
