@@ -1,15 +1,16 @@
 // layers/cpu_kernels.cpp: see cpu_kernels.h. Each public overload is a thin target_clones
 // wrapper around one always-inline template, so the loop body is compiled once per ISA.
 // `#pragma omp simd` (this file is built with -fopenmp-simd, no OpenMP runtime) lets the
-// float reductions vectorise without -ffast-math for the whole file.
+// float reductions vectorise without -ffast-math for the whole file. Built with
+// -fno-trapping-math (layers/CMakeLists.txt): without it GCC keeps floor scalar and the
+// SwiGLU loops do not vectorise at all.
 #include "layers/cpu_kernels.h"
 
 #include <cmath>
 #include <cstring>
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define RETORT_CLONES \
-  __attribute__((target_clones("arch=skylake-avx512", "arch=haswell", "default")))
+#define RETORT_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define RETORT_CLONES
 #endif
