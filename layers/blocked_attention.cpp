@@ -48,9 +48,11 @@ std::vector<KeyBlock> key_blocks(const Shape& sh, int64_t q0, int64_t rows) {
 
 // Scaled scores [b, kv_heads, group * rows, keys] of one (query block, key block) pair, with
 // -inf where a key is invisible.
-torch::Tensor block_scores(const Shape& sh, const torch::Tensor& q_block, const torch::Tensor& k,
+// k_t is k transposed to [b, kv_heads, d, s] and contiguous: OpenBLAS multiplies by it about
+// twice as fast as by a transposed view of k (inner dimension d = 64 here).
+torch::Tensor block_scores(const Shape& sh, const torch::Tensor& q_block, const torch::Tensor& k_t,
                            int64_t q0, int64_t rows, const KeyBlock& kb) {
-  torch::Tensor scores = torch::matmul(q_block, k.narrow(2, kb.begin, kb.size).transpose(-1, -2));
+  torch::Tensor scores = torch::matmul(q_block, k_t.narrow(3, kb.begin, kb.size));
   if (kb.needs_mask) {
     torch::Tensor mask = attention_mask(rows, kb.size, q0 - kb.begin, sh.window, scores.options());
     scores.view({sh.b, sh.kv_heads, sh.group, rows, kb.size}).add_(mask);
@@ -75,12 +77,13 @@ struct BlockedAttention : torch::autograd::Function<BlockedAttention> {
     // The output is laid out [b, s, heads, d], what the o projection reads.
     torch::Tensor out = torch::empty({sh.b, sh.s, sh.kv_heads, sh.group, sh.d}, q.options());
     torch::Tensor lse = torch::empty({sh.b, sh.kv_heads, sh.group, sh.s}, q.options());
+    torch::Tensor k_t = k.transpose(-1, -2).contiguous();
     for (int64_t q0 = 0; q0 < sh.s; q0 += sh.block_rows) {
       const int64_t rows = std::min(sh.block_rows, sh.s - q0);
       torch::Tensor q_block = rows_of(q5, sh, q0, rows).mul(sh.scale);
       torch::Tensor running_max, running_sum, acc;
       for (const KeyBlock& kb : key_blocks(sh, q0, rows)) {
-        torch::Tensor p = block_scores(sh, q_block, k, q0, rows, kb);
+        torch::Tensor p = block_scores(sh, q_block, k_t, q0, rows, kb);
         torch::Tensor block_max = p.amax(-1, /*keepdim=*/true);
         torch::Tensor new_max =
             running_max.defined() ? torch::maximum(running_max, block_max) : block_max;
@@ -128,6 +131,7 @@ struct BlockedAttention : torch::autograd::Function<BlockedAttention> {
     torch::Tensor dq = torch::zeros({sh.b, sh.kv_heads, sh.group, sh.s, sh.d}, q.options());
     torch::Tensor dk = torch::zeros_like(k, torch::MemoryFormat::Contiguous);
     torch::Tensor dv = torch::zeros_like(v, torch::MemoryFormat::Contiguous);
+    torch::Tensor k_t = k.transpose(-1, -2).contiguous(), v_t = v.transpose(-1, -2).contiguous();
     for (int64_t q0 = 0; q0 < sh.s; q0 += sh.block_rows) {
       const int64_t rows = std::min(sh.block_rows, sh.s - q0);
       torch::Tensor q_block = rows_of(q5, sh, q0, rows).mul(sh.scale);
@@ -136,11 +140,10 @@ struct BlockedAttention : torch::autograd::Function<BlockedAttention> {
       torch::Tensor dot_block = rows_of(row_dot, sh, q0, rows).unsqueeze(-1);
       torch::Tensor dq_block;
       for (const KeyBlock& kb : key_blocks(sh, q0, rows)) {
-        torch::Tensor p = block_scores(sh, q_block, k, q0, rows, kb).sub_(lse_block).exp_();
+        torch::Tensor p = block_scores(sh, q_block, k_t, q0, rows, kb).sub_(lse_block).exp_();
         dv.narrow(2, kb.begin, kb.size).add_(torch::matmul(p.transpose(-1, -2), d_out));
-        torch::Tensor ds = torch::matmul(d_out, v.narrow(2, kb.begin, kb.size).transpose(-1, -2))
-                               .sub_(dot_block)
-                               .mul_(p);
+        torch::Tensor ds =
+            torch::matmul(d_out, v_t.narrow(3, kb.begin, kb.size)).sub_(dot_block).mul_(p);
         torch::Tensor dq_part = torch::matmul(ds, k.narrow(2, kb.begin, kb.size));
         dq_block = dq_block.defined() ? dq_block.add_(dq_part) : dq_part;
         dk.narrow(2, kb.begin, kb.size).add_(torch::matmul(ds.transpose(-1, -2), q_block));
