@@ -3,6 +3,7 @@
 
 #include <dlfcn.h>
 #include <malloc.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -10,19 +11,77 @@
 
 namespace retort {
 
+namespace {
+
+// Debian's jemalloc (libjemalloc2), where setup.sh installs it.
+constexpr const char* kJemallocPaths[] = {"/usr/lib/x86_64-linux-gnu/libjemalloc.so.2",
+                                          "/usr/lib/aarch64-linux-gnu/libjemalloc.so.2",
+                                          "/usr/lib64/libjemalloc.so.2"};
+// Freed pages are never purged: the steps reuse the same sizes, so returning memory to the
+// OS only to fault it in again is the cost this avoids (glibc's mallopt below does the same).
+constexpr const char* kJemallocConf = "dirty_decay_ms:-1,muzzy_decay_ms:-1";
+
+using Mallctl = int (*)(const char*, void*, size_t*, void*, size_t);
+
+Mallctl jemalloc_ctl() {
+  return reinterpret_cast<Mallctl>(dlsym(RTLD_DEFAULT, "mallctl"));
+}
+
+const char* installed_jemalloc() {
+  for (const char* path : kJemallocPaths)
+    if (access(path, R_OK) == 0) return path;
+  return nullptr;
+}
+
+bool is(const char* variable, const char* value) {
+  const char* set = std::getenv(variable);
+  return set && std::strcmp(set, value) == 0;
+}
+
+}  // namespace
+
 void setup_process(char** argv) {
-  const char* tuning = std::getenv("RETORT_PROCESS_TUNING");
-  if (tuning && std::strcmp(tuning, "0") == 0) return;
+  if (is("RETORT_PROCESS_TUNING", "0")) return;
+  if (is("RETORT_PRELOADED", "1")) {  // our own re-execution: children get no preload
+    unsetenv("LD_PRELOAD");
+    unsetenv("RETORT_PRELOADED");
+  }
+  bool restart = false;
   if (!std::getenv("OMP_WAIT_POLICY")) {
     setenv("OMP_WAIT_POLICY", "passive", 1);
-    execv("/proc/self/exe", argv);  // returns only on failure: then run as we are
+    restart = true;
   }
-  // The largest mmap threshold glibc accepts on 64-bit (HEAP_MAX_SIZE / 2): blocks below it
-  // come from the heap and are reused; a trim threshold that is never reached and a generous
-  // top pad keep the heap from shrinking and growing every step.
+  const char* jemalloc = installed_jemalloc();
+  if (!jemalloc_ctl() && jemalloc && !std::getenv("LD_PRELOAD") &&
+      !is("RETORT_ALLOCATOR", "glibc")) {
+    setenv("LD_PRELOAD", jemalloc, 1);
+    if (!std::getenv("MALLOC_CONF")) setenv("MALLOC_CONF", kJemallocConf, 1);
+    setenv("RETORT_PRELOADED", "1", 1);
+    restart = true;
+  }
+  if (restart) execv("/proc/self/exe", argv);  // returns only on failure: run as we are
+  if (jemalloc_ctl()) return;
+  // glibc: the largest mmap threshold it accepts on 64-bit (HEAP_MAX_SIZE / 2): blocks below
+  // it come from the heap and are reused; a trim threshold that is never reached and a
+  // generous top pad keep the heap from shrinking and growing every step.
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   mallopt(M_TOP_PAD, 256 << 20);
+}
+
+std::string allocator_summary() {
+  Mallctl ctl = jemalloc_ctl();
+  if (!ctl) return "glibc malloc";
+  const char* version = nullptr;
+  size_t size = sizeof version;
+  std::string name = "jemalloc";
+  if (ctl("version", &version, &size, nullptr, 0) == 0 && version)
+    name += " " + std::string(version).substr(0, std::string(version).find('-'));
+  ssize_t decay = 0;
+  size = sizeof decay;
+  if (ctl("arenas.dirty_decay_ms", &decay, &size, nullptr, 0) == 0 && decay < 0)
+    name += " (freed pages kept)";
+  return name;
 }
 
 bool set_blas_threads(int threads) {
@@ -43,7 +102,8 @@ std::string process_summary() {
   const char* policy = std::getenv("OMP_WAIT_POLICY");
   const int blas = blas_threads();
   return std::string("OpenMP wait policy ") + (policy ? policy : "default (spinning)") +
-         ", BLAS threads " + (blas > 0 ? std::to_string(blas) : "its own");
+         ", BLAS threads " + (blas > 0 ? std::to_string(blas) : "its own") + ", allocator " +
+         allocator_summary();
 }
 
 }  // namespace retort

@@ -6,8 +6,13 @@
 //    2 cores: 309 -> 450 tok/s). libgomp reads the variable when it is loaded, before main,
 //    so when it is unset the program sets it and re-executes itself once; a value the user
 //    set is kept.
-//  - glibc keeps freed memory (mallopt): without it, large freed blocks go back to the OS
-//    and every step page-faults its activations in again.
+//  - The allocator keeps freed memory: without it, large freed blocks go back to the OS and
+//    every step page-faults its activations in again. Where Debian's jemalloc is installed
+//    (libjemalloc2; tools/setup.sh installs it) the program preloads it with page purging
+//    off, in the same re-execution (measured fastest of glibc tuned, jemalloc and tcmalloc by
+//    bench/peer/run_peer.py); the preload is removed from the environment once running, so
+//    child processes do not inherit it. Otherwise, or with RETORT_ALLOCATOR=glibc, glibc is
+//    tuned with mallopt. A user's own LD_PRELOAD is left alone.
 //  - BLAS threads follow the engine's thread count (OpenBLAS's pthread pool otherwise takes
 //    every core in every rank).
 // RETORT_PROCESS_TUNING=0 turns the first two off (for measuring them).
@@ -24,7 +29,9 @@ void setup_process(char** argv);
 bool set_blas_threads(int threads);
 // The BLAS library's own thread count, or 0 without a pool of its own.
 int blas_threads();
-// One line for the start-up banner: OpenMP's wait policy and the BLAS threads.
+// The allocator in use: "jemalloc 5.3.0 (freed pages kept)" or "glibc malloc".
+std::string allocator_summary();
+// One line for the start-up banner: OpenMP's wait policy, the BLAS threads, the allocator.
 std::string process_summary();
 
 }  // namespace retort

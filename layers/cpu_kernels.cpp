@@ -9,12 +9,8 @@
 #include <cmath>
 #include <cstring>
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define RETORT_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define RETORT_CLONES
-#endif
-#define RETORT_INLINE inline __attribute__((always_inline))
+#include "common/simd_clones.h"
+
 
 namespace retort::layers::kernels {
 namespace {
@@ -22,7 +18,7 @@ namespace {
 // exp(x) for float in a form the compiler vectorises (no libm call): Cephes' range reduction
 // x = n ln2 + r, |r| <= ln2/2, a degree-7 polynomial for e^r and 2^n built from its bits.
 // Relative error about 2 ulp; inputs are clamped to [-87, 88] (e^-87 ~ 1.6e-38).
-RETORT_INLINE float vector_exp(float x) {
+RETORT_ALWAYS_INLINE float vector_exp(float x) {
   x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
   const float n = std::floor(x * 1.44269504088896341f + 0.5f);
   float r = x - n * 0.693359375f;
@@ -39,17 +35,17 @@ RETORT_INLINE float vector_exp(float x) {
   std::memcpy(&scale, &bits, sizeof scale);
   return p * scale;
 }
-RETORT_INLINE double vector_exp(double x) {
+RETORT_ALWAYS_INLINE double vector_exp(double x) {
   return std::exp(x);
 }
 
 template <typename T>
-RETORT_INLINE T sigmoid(T x) {
+RETORT_ALWAYS_INLINE T sigmoid(T x) {
   return T(1) / (T(1) + vector_exp(-x));
 }
 
 template <typename T>
-RETORT_INLINE void rms_forward_rows(const T* __restrict x, const T* __restrict w, T* __restrict y,
+RETORT_ALWAYS_INLINE void rms_forward_rows(const T* __restrict x, const T* __restrict w, T* __restrict y,
                                     T* __restrict inv_rms, int64_t rows, int64_t n, double eps) {
   for (int64_t r = 0; r < rows; ++r) {
     const T* xr = x + r * n;
@@ -65,7 +61,7 @@ RETORT_INLINE void rms_forward_rows(const T* __restrict x, const T* __restrict w
 }
 
 template <typename T>
-RETORT_INLINE void rms_backward_rows(const T* __restrict dy, const T* __restrict x,
+RETORT_ALWAYS_INLINE void rms_backward_rows(const T* __restrict dy, const T* __restrict x,
                                      const T* __restrict w, const T* __restrict inv_rms,
                                      T* __restrict dx, T* __restrict dw_partial, int64_t rows,
                                      int64_t n) {
@@ -86,14 +82,14 @@ RETORT_INLINE void rms_backward_rows(const T* __restrict dy, const T* __restrict
 }
 
 template <typename T>
-RETORT_INLINE void swiglu_forward_all(const T* __restrict gate, const T* __restrict up,
+RETORT_ALWAYS_INLINE void swiglu_forward_all(const T* __restrict gate, const T* __restrict up,
                                       T* __restrict out, int64_t count) {
 #pragma omp simd
   for (int64_t i = 0; i < count; ++i) out[i] = gate[i] * sigmoid(gate[i]) * up[i];
 }
 
 template <typename T>
-RETORT_INLINE void swiglu_backward_all(const T* __restrict dy, const T* __restrict gate,
+RETORT_ALWAYS_INLINE void swiglu_backward_all(const T* __restrict dy, const T* __restrict gate,
                                        const T* __restrict up, T* __restrict d_gate,
                                        T* __restrict d_up, int64_t count) {
 #pragma omp simd
@@ -105,7 +101,7 @@ RETORT_INLINE void swiglu_backward_all(const T* __restrict dy, const T* __restri
 }
 
 template <typename T>
-RETORT_INLINE void rope_rows(T* __restrict x, const T* __restrict cos, const T* __restrict sin,
+RETORT_ALWAYS_INLINE void rope_rows(T* __restrict x, const T* __restrict cos, const T* __restrict sin,
                              int64_t row_begin, int64_t row_end, int64_t seq_len, int64_t heads,
                              int64_t d, bool inverse) {
   const int64_t half = d / 2;
@@ -128,45 +124,45 @@ RETORT_INLINE void rope_rows(T* __restrict x, const T* __restrict cos, const T* 
 
 }  // namespace
 
-RETORT_CLONES void rms_norm_forward(const float* x, const float* w, float* y, float* inv_rms,
+RETORT_SIMD_CLONES void rms_norm_forward(const float* x, const float* w, float* y, float* inv_rms,
                                     int64_t rows, int64_t n, double eps) {
   rms_forward_rows(x, w, y, inv_rms, rows, n, eps);
 }
-RETORT_CLONES void rms_norm_forward(const double* x, const double* w, double* y, double* inv_rms,
+RETORT_SIMD_CLONES void rms_norm_forward(const double* x, const double* w, double* y, double* inv_rms,
                                     int64_t rows, int64_t n, double eps) {
   rms_forward_rows(x, w, y, inv_rms, rows, n, eps);
 }
-RETORT_CLONES void rms_norm_backward(const float* dy, const float* x, const float* w,
+RETORT_SIMD_CLONES void rms_norm_backward(const float* dy, const float* x, const float* w,
                                      const float* inv_rms, float* dx, float* dw_partial,
                                      int64_t rows, int64_t n) {
   rms_backward_rows(dy, x, w, inv_rms, dx, dw_partial, rows, n);
 }
-RETORT_CLONES void rms_norm_backward(const double* dy, const double* x, const double* w,
+RETORT_SIMD_CLONES void rms_norm_backward(const double* dy, const double* x, const double* w,
                                      const double* inv_rms, double* dx, double* dw_partial,
                                      int64_t rows, int64_t n) {
   rms_backward_rows(dy, x, w, inv_rms, dx, dw_partial, rows, n);
 }
-RETORT_CLONES void swiglu_forward(const float* gate, const float* up, float* out, int64_t count) {
+RETORT_SIMD_CLONES void swiglu_forward(const float* gate, const float* up, float* out, int64_t count) {
   swiglu_forward_all(gate, up, out, count);
 }
-RETORT_CLONES void swiglu_forward(const double* gate, const double* up, double* out,
+RETORT_SIMD_CLONES void swiglu_forward(const double* gate, const double* up, double* out,
                                   int64_t count) {
   swiglu_forward_all(gate, up, out, count);
 }
-RETORT_CLONES void swiglu_backward(const float* dy, const float* gate, const float* up,
+RETORT_SIMD_CLONES void swiglu_backward(const float* dy, const float* gate, const float* up,
                                    float* d_gate, float* d_up, int64_t count) {
   swiglu_backward_all(dy, gate, up, d_gate, d_up, count);
 }
-RETORT_CLONES void swiglu_backward(const double* dy, const double* gate, const double* up,
+RETORT_SIMD_CLONES void swiglu_backward(const double* dy, const double* gate, const double* up,
                                    double* d_gate, double* d_up, int64_t count) {
   swiglu_backward_all(dy, gate, up, d_gate, d_up, count);
 }
-RETORT_CLONES void rope_rotate(float* x, const float* cos, const float* sin, int64_t row_begin,
+RETORT_SIMD_CLONES void rope_rotate(float* x, const float* cos, const float* sin, int64_t row_begin,
                                int64_t row_end, int64_t seq_len, int64_t heads, int64_t d,
                                bool inverse) {
   rope_rows(x, cos, sin, row_begin, row_end, seq_len, heads, d, inverse);
 }
-RETORT_CLONES void rope_rotate(double* x, const double* cos, const double* sin, int64_t row_begin,
+RETORT_SIMD_CLONES void rope_rotate(double* x, const double* cos, const double* sin, int64_t row_begin,
                                int64_t row_end, int64_t seq_len, int64_t heads, int64_t d,
                                bool inverse) {
   rope_rows(x, cos, sin, row_begin, row_end, seq_len, heads, d, inverse);

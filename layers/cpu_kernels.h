@@ -1,11 +1,8 @@
 // layers/cpu_kernels.h: one-pass CPU loops over contiguous rows for the element-wise parts of
 // a Llama block: RMSNorm forward and backward, SwiGLU forward and backward, rotary embedding
 // applied in place. No torch here: the callers (layers/fused_ops.cpp) split rows across
-// threads and wrap these in autograd functions. Each loop is compiled for AVX-512, AVX2 and
-// baseline x86-64 and picked at load time by CPU feature (GCC target_clones), so the binary
-// runs on any x86-64 and uses the widest vectors the CPU has. (Clones named by CPU model,
-// "arch=haswell", are chosen only on that exact model: an AMD EPYC got the scalar default,
-// ten times slower.)
+// threads and wrap these in autograd functions. Each loop is compiled per ISA and picked at
+// load time (common/simd_clones.h).
 #pragma once
 #include <cstdint>
 

@@ -26,7 +26,7 @@ LIB = "/usr/lib/x86_64-linux-gnu/"
 UNTUNED = {"RETORT_PROCESS_TUNING": "0"}
 SETTINGS = [  # (name, environment of both programs); the first is nobody's settings
     ("defaults", {}),
-    ("glibc tuned + OMP passive", dict(GLIBC_TUNED, **PASSIVE)),
+    ("glibc tuned + OMP passive", dict(GLIBC_TUNED, **PASSIVE, RETORT_ALLOCATOR="glibc")),
     ("glibc untuned + OMP passive", dict(PASSIVE, **UNTUNED)),
     ("jemalloc (no decay) + OMP passive",
      dict(PASSIVE, **UNTUNED, LD_PRELOAD=LIB + "libjemalloc.so.2",
@@ -35,7 +35,7 @@ SETTINGS = [  # (name, environment of both programs); the first is nobody's sett
      dict(PASSIVE, **UNTUNED, LD_PRELOAD=LIB + "libtcmalloc_minimal.so.4")),
 ]
 ENV_KEYS = ["OMP_WAIT_POLICY", "OMP_NUM_THREADS", "LD_PRELOAD", "MALLOC_CONF",
-            "RETORT_PROCESS_TUNING"] + list(GLIBC_TUNED)
+            "RETORT_PROCESS_TUNING", "RETORT_ALLOCATOR", "RETORT_PRELOADED"] + list(GLIBC_TUNED)
 
 
 def run(command, env_extra):

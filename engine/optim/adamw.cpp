@@ -1,7 +1,11 @@
 // engine/optim/adamw.cpp: see adamw.h.
 #include "engine/optim/adamw.h"
 
+#include <ATen/Parallel.h>
+
 #include <cmath>
+
+#include "engine/optim/adamw_kernel.h"
 
 namespace retort::engine {
 
@@ -79,6 +83,26 @@ void AdamW::update(const layers::Parameter& p, const torch::Tensor& value_in,
   constexpr int64_t kSliceElements = 1 << 18;
   const bool flat = value_in.is_contiguous() && grad.is_contiguous() && m_in.is_contiguous() &&
                     v_in.is_contiguous();
+  const auto dtype = value_in.scalar_type();
+  if (flat && value_in.device().is_cpu() && (dtype == torch::kFloat || dtype == torch::kDouble) &&
+      grad.scalar_type() == dtype && m_in.scalar_type() == dtype && v_in.scalar_type() == dtype) {
+    // One pass over the four buffers (engine/optim/adamw_kernel.h), split across threads.
+    const kernels::AdamWCoefficients c{decay ? 1.0 - step_lr * config_.weight_decay : 1.0,
+                                       config_.beta1,
+                                       config_.beta2,
+                                       config_.eps,
+                                       std::sqrt(bias2),
+                                       -step_lr / bias1};
+    AT_DISPATCH_FLOATING_TYPES(dtype, "adamw_update", [&] {
+      scalar_t *value = value_in.data_ptr<scalar_t>(), *m = m_in.data_ptr<scalar_t>();
+      scalar_t* v = v_in.data_ptr<scalar_t>();
+      const scalar_t* g = grad.data_ptr<scalar_t>();
+      at::parallel_for(0, value_in.numel(), 1 << 15, [&](int64_t begin, int64_t end) {
+        kernels::adamw_update(value + begin, g + begin, m + begin, v + begin, end - begin, c);
+      });
+    });
+    return;
+  }
   torch::Tensor value = flat ? value_in.view({-1}) : value_in;
   torch::Tensor g = flat ? grad.view({-1}) : grad;
   torch::Tensor m = flat ? m_in.view({-1}) : m_in;

@@ -2,7 +2,9 @@
 # tests/cli/process_setup.sh: engine_train sets up its own process. Started without
 # OMP_WAIT_POLICY it runs with OpenMP waiting passively (it re-executes itself with the
 # variable set) and its BLAS threads equal its intra-op threads (runtime.threads=1 here, 2
-# ranks under mpirun); a policy the user set is kept; RETORT_PROCESS_TUNING=0 turns it off.
+# ranks under mpirun); it runs on jemalloc with freed pages kept (preloaded in the same
+# re-execution; setup.sh installs libjemalloc2), or on glibc with RETORT_ALLOCATOR=glibc; a
+# policy the user set is kept; RETORT_PROCESS_TUNING=0 turns it all off.
 # The environment alone proves nothing (libgomp reads it when loaded): libgomp's own display
 # (OMP_DISPLAY_ENV=verbose) must show its spin count at 0 in the process that trains.
 # Usage: process_setup.sh ENGINE_TRAIN CORPUS_PREFIX CONFIGS_DIR
@@ -30,12 +32,18 @@ expect "$line" "OpenMP wait policy passive"
 spins=$(grep "GOMP_SPINCOUNT" "$work/unset.log" | tail -1)
 expect "$spins" "GOMP_SPINCOUNT = '0'"
 expect "$line" "BLAS threads 1"
+expect "$line" "allocator jemalloc [0-9.]* (freed pages kept)"
 line=$(run three 1 3)
 expect "$line" "BLAS threads 3"
 line=$(run user 1 2 OMP_WAIT_POLICY=active)
 expect "$line" "OpenMP wait policy active"
+expect "$line" "allocator jemalloc"
+line=$(run glibc 1 2 RETORT_ALLOCATOR=glibc)
+expect "$line" "OpenMP wait policy passive"
+expect "$line" "allocator glibc malloc"
 line=$(run off 1 2 RETORT_PROCESS_TUNING=0 OMP_DISPLAY_ENV=verbose)
 expect "$line" "OpenMP wait policy default"
+expect "$line" "allocator glibc malloc"
 spins=$(grep "GOMP_SPINCOUNT" "$work/off.log" | tail -1)
 expect "$spins" "GOMP_SPINCOUNT = '300000'"
-echo "process set-up: passive OpenMP by default, BLAS threads follow runtime.threads"
+echo "process set-up: passive OpenMP and jemalloc by default, BLAS threads follow runtime.threads"
