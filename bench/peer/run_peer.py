@@ -26,6 +26,7 @@ LIB = "/usr/lib/x86_64-linux-gnu/"
 UNTUNED = {"RETORT_PROCESS_TUNING": "0"}
 SETTINGS = [  # (name, environment of both programs); the first is nobody's settings
     ("defaults", {}),
+    # Retort would preload jemalloc here without RETORT_ALLOCATOR=glibc (its default).
     ("glibc tuned + OMP passive", dict(GLIBC_TUNED, **PASSIVE, RETORT_ALLOCATOR="glibc")),
     ("glibc untuned + OMP passive", dict(PASSIVE, **UNTUNED)),
     ("jemalloc (no decay) + OMP passive",
@@ -91,8 +92,8 @@ def main():
     defaults = rows[0]
     best_setting = max(rows[1:], key=lambda row: row[1]["tokens_per_s"])
     print(f"\nAllocator for Retort: best measured is '{best_setting[0]}' "
-          f"({best_setting[1]['tokens_per_s']:.0f} tok/s); Retort's defaults (glibc tuned with "
-          f"mallopt, OpenMP passive) give {defaults[1]['tokens_per_s']:.0f} tok/s")
+          f"({best_setting[1]['tokens_per_s']:.0f} tok/s); Retort's defaults (jemalloc preloaded, "
+          f"freed pages kept; OpenMP passive) give {defaults[1]['tokens_per_s']:.0f} tok/s")
     best_torch_row = max(rows, key=lambda row: row[2]["tokens_per_s"])
     best_torch = best_torch_row[2]["tokens_per_s"]
     print(f"Retort with its defaults: {defaults[1]['tokens_per_s']:.0f} tok/s = "

@@ -41,6 +41,10 @@ std::string format_console_line(const StepMetrics& m) {
                 m.tokens_per_s, 100.0 * m.mfu, format_bytes(m.peak_mem_bytes).c_str(),
                 format_duration(m.eta_s).c_str());
   std::string line = text;
+  if (m.exposed_comm_s > 0) {
+    std::snprintf(text, sizeof(text), " | comm %.3fs", m.exposed_comm_s);
+    line += text;
+  }
   if (m.valid_loss) {
     std::snprintf(text, sizeof(text), " | valid %.4f", *m.valid_loss);
     line += text;
@@ -66,7 +70,8 @@ void MetricsFile::write(const StepMetrics& m) {
                       {"tokens_per_s", m.tokens_per_s},
                       {"mfu", m.mfu},
                       {"peak_mem_bytes", m.peak_mem_bytes},
-                      {"eta_s", m.eta_s}};
+                      {"eta_s", m.eta_s},
+                      {"exposed_comm_s", m.exposed_comm_s}};
   if (m.valid_loss) j["valid_loss"] = *m.valid_loss;
   for (const auto& [name, value] : m.parts) j[name] = value;
   if (!m.peak_by_category.empty()) j["peak_mem_by_category"] = m.peak_by_category;

@@ -16,6 +16,9 @@ struct StepMetrics {
   double tokens_per_s = 0, mfu = 0;
   int64_t peak_mem_bytes = 0;
   double eta_s = 0;
+  // Seconds per step this rank spent blocked in communication (parallel/communicator.h's
+  // exposed time: waits not hidden behind computation); 0 on one process.
+  double exposed_comm_s = 0;
   std::optional<double> valid_loss;
   std::map<std::string, double> parts;  // loss components when distilling
   // The device peak since the previous line, by category (common/memory_category.h), and

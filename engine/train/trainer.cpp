@@ -14,6 +14,7 @@
 #include "engine/observe/memory_tracker.h"
 #include "engine/observe/metrics.h"
 #include "layers/sharding.h"
+#include "parallel/communicator.h"
 
 namespace retort::engine {
 namespace fs = std::filesystem;
@@ -358,8 +359,8 @@ void Trainer::save(const std::string& path) {
   log_line("saved checkpoint " + path);
 }
 
-void Trainer::write_metrics(const StepResult& r, double seconds, int64_t steps_in_interval,
-                            MetricsFile* metrics) {
+void Trainer::write_metrics(const StepResult& r, double seconds, double comm_seconds,
+                            int64_t steps_in_interval, MetricsFile* metrics) {
   const TrainingConfig& t = config_.training;
   StepMetrics m;
   m.step = r.step;
@@ -369,6 +370,7 @@ void Trainer::write_metrics(const StepResult& r, double seconds, int64_t steps_i
   m.grad_norm = r.grad_norm;
   m.tokens_per_s = double(steps_in_interval * t.global_batch * config_.data.seq_len) / seconds;
   m.mfu = m.tokens_per_s * flops_per_token_ / (peak_gflops_ * 1e9 * mesh_.world().size());
+  m.exposed_comm_s = comm_seconds / double(steps_in_interval);
   MemoryTracker& memory = MemoryTracker::install();
   m.peak_mem_bytes = memory.peak_bytes();
   const MemorySplit split = memory.peak_split();
@@ -406,6 +408,7 @@ std::vector<StepResult> Trainer::run() {
   }
   using clock = std::chrono::steady_clock;
   auto interval_start = clock::now();
+  double interval_comm_start = parallel::exposed_communication_seconds();
   int64_t interval_steps = 0;
   while (progress_.step < t.steps) {
     results.push_back(train_step());
@@ -413,8 +416,11 @@ std::vector<StepResult> Trainer::run() {
     const int64_t step = progress_.step;
     const bool eval_now = t.eval_every > 0 && (step % t.eval_every == 0 || step == t.steps);
     if (step % t.log_every == 0 || step == t.steps || eval_now) {
-      write_metrics(results.back(), seconds_since(interval_start), interval_steps, metrics.get());
+      write_metrics(results.back(), seconds_since(interval_start),
+                    parallel::exposed_communication_seconds() - interval_comm_start, interval_steps,
+                    metrics.get());
       interval_start = clock::now();
+      interval_comm_start = parallel::exposed_communication_seconds();
       interval_steps = 0;
     }
     const bool save_now =

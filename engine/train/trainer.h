@@ -79,8 +79,8 @@ class Trainer {
   // The loss and its parts summed over pipeline stages, then over DP ranks.
   void sum_over_ranks(StepResult& result);
   double dp_sum(double value);
-  void write_metrics(const StepResult& result, double seconds, int64_t steps_in_interval,
-                     MetricsFile* metrics);
+  void write_metrics(const StepResult& result, double seconds, double comm_seconds,
+                     int64_t steps_in_interval, MetricsFile* metrics);
 
   TrainConfig config_;
   std::ostream* log_;
