@@ -37,12 +37,19 @@ torch::Tensor Attention::forward(const torch::Tensor& x, const torch::Tensor& ro
   auto heads = [&](const torch::Tensor& y) {
     return y.view({b, s, -1, head_dim_}).transpose(1, 2);  // [b, local heads, s, d]
   };
-  auto rotated = [&](const torch::Tensor& y) {
-    if (kernels.fused) return heads(fused_rope_(y, rope_cos, rope_sin));
-    return apply_rope(heads(y), rope_cos, rope_sin);
-  };
-  torch::Tensor q = rotated(q_->forward(x)), k = rotated(k_->forward(x));
-  torch::Tensor v = heads(v_->forward(x));
+  torch::Tensor q, k, v;
+  if (kernels.fused) {  // one product by [W_q; W_k; W_v], q and k rotated in place inside it
+    const int64_t q_width = q_->local_weight().size(0), kv_width = k_->local_weight().size(0);
+    torch::Tensor qkv = packed_column_forward({&*q_, &*k_, &*v_}, x);
+    qkv = fused_rope_(qkv, rope_cos, rope_sin, (q_width + kv_width) / head_dim_);
+    q = heads(qkv.narrow(-1, 0, q_width));
+    k = heads(qkv.narrow(-1, q_width, kv_width));
+    v = heads(qkv.narrow(-1, q_width + kv_width, kv_width));
+  } else {
+    q = apply_rope(heads(q_->forward(x)), rope_cos, rope_sin);
+    k = apply_rope(heads(k_->forward(x)), rope_cos, rope_sin);
+    v = heads(v_->forward(x));
+  }
   const int64_t block_rows = kernels.attention_block_rows, window = window_;
   auto attend = [mask, block_rows, window](const std::vector<torch::Tensor>& in) {
     if (block_rows > 0)

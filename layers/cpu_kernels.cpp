@@ -11,7 +11,6 @@
 
 #include "common/simd_clones.h"
 
-
 namespace retort::layers::kernels {
 namespace {
 
@@ -45,8 +44,9 @@ RETORT_ALWAYS_INLINE T sigmoid(T x) {
 }
 
 template <typename T>
-RETORT_ALWAYS_INLINE void rms_forward_rows(const T* __restrict x, const T* __restrict w, T* __restrict y,
-                                    T* __restrict inv_rms, int64_t rows, int64_t n, double eps) {
+RETORT_ALWAYS_INLINE void rms_forward_rows(const T* __restrict x, const T* __restrict w,
+                                           T* __restrict y, T* __restrict inv_rms, int64_t rows,
+                                           int64_t n, double eps) {
   for (int64_t r = 0; r < rows; ++r) {
     const T* xr = x + r * n;
     T* yr = y + r * n;
@@ -62,9 +62,9 @@ RETORT_ALWAYS_INLINE void rms_forward_rows(const T* __restrict x, const T* __res
 
 template <typename T>
 RETORT_ALWAYS_INLINE void rms_backward_rows(const T* __restrict dy, const T* __restrict x,
-                                     const T* __restrict w, const T* __restrict inv_rms,
-                                     T* __restrict dx, T* __restrict dw_partial, int64_t rows,
-                                     int64_t n) {
+                                            const T* __restrict w, const T* __restrict inv_rms,
+                                            T* __restrict dx, T* __restrict dw_partial,
+                                            int64_t rows, int64_t n) {
   for (int64_t r = 0; r < rows; ++r) {
     const T *dyr = dy + r * n, *xr = x + r * n;
     T* dxr = dx + r * n;
@@ -82,35 +82,47 @@ RETORT_ALWAYS_INLINE void rms_backward_rows(const T* __restrict dy, const T* __r
 }
 
 template <typename T>
-RETORT_ALWAYS_INLINE void swiglu_forward_all(const T* __restrict gate, const T* __restrict up,
-                                      T* __restrict out, int64_t count) {
+RETORT_ALWAYS_INLINE void swiglu_forward_rows(const T* __restrict gate_up, T* __restrict out,
+                                              int64_t rows, int64_t n) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* gate = gate_up + r * 2 * n;
+    const T* up = gate + n;
+    T* o = out + r * n;
 #pragma omp simd
-  for (int64_t i = 0; i < count; ++i) out[i] = gate[i] * sigmoid(gate[i]) * up[i];
-}
-
-template <typename T>
-RETORT_ALWAYS_INLINE void swiglu_backward_all(const T* __restrict dy, const T* __restrict gate,
-                                       const T* __restrict up, T* __restrict d_gate,
-                                       T* __restrict d_up, int64_t count) {
-#pragma omp simd
-  for (int64_t i = 0; i < count; ++i) {
-    const T g = gate[i], s = sigmoid(g);
-    d_gate[i] = dy[i] * up[i] * (s * (T(1) + g * (T(1) - s)));
-    d_up[i] = dy[i] * (g * s);
+    for (int64_t i = 0; i < n; ++i) o[i] = gate[i] * sigmoid(gate[i]) * up[i];
   }
 }
 
 template <typename T>
-RETORT_ALWAYS_INLINE void rope_rows(T* __restrict x, const T* __restrict cos, const T* __restrict sin,
-                             int64_t row_begin, int64_t row_end, int64_t seq_len, int64_t heads,
-                             int64_t d, bool inverse) {
+RETORT_ALWAYS_INLINE void swiglu_backward_rows(const T* __restrict dy, const T* __restrict gate_up,
+                                               T* __restrict d_gate_up, int64_t rows, int64_t n) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* gate = gate_up + r * 2 * n;
+    const T* up = gate + n;
+    const T* dyr = dy + r * n;
+    T* d_gate = d_gate_up + r * 2 * n;
+    T* d_up = d_gate + n;
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) {
+      const T g = gate[i], s = sigmoid(g);
+      d_gate[i] = dyr[i] * up[i] * (s * (T(1) + g * (T(1) - s)));
+      d_up[i] = dyr[i] * (g * s);
+    }
+  }
+}
+
+template <typename T>
+RETORT_ALWAYS_INLINE void rope_rows(T* __restrict x, const T* __restrict cos,
+                                    const T* __restrict sin, int64_t row_begin, int64_t row_end,
+                                    int64_t row_stride, int64_t seq_len, int64_t heads, int64_t d,
+                                    bool inverse) {
   const int64_t half = d / 2;
   const T sign = inverse ? T(-1) : T(1);
   for (int64_t r = row_begin; r < row_end; ++r) {
     const T* c = cos + (r % seq_len) * d;
     const T* s = sin + (r % seq_len) * d;
     for (int64_t h = 0; h < heads; ++h) {
-      T* x1 = x + (r * heads + h) * d;
+      T* x1 = x + r * row_stride + h * d;
       T* x2 = x1 + half;
 #pragma omp simd
       for (int64_t j = 0; j < half; ++j) {
@@ -125,47 +137,47 @@ RETORT_ALWAYS_INLINE void rope_rows(T* __restrict x, const T* __restrict cos, co
 }  // namespace
 
 RETORT_SIMD_CLONES void rms_norm_forward(const float* x, const float* w, float* y, float* inv_rms,
-                                    int64_t rows, int64_t n, double eps) {
+                                         int64_t rows, int64_t n, double eps) {
   rms_forward_rows(x, w, y, inv_rms, rows, n, eps);
 }
-RETORT_SIMD_CLONES void rms_norm_forward(const double* x, const double* w, double* y, double* inv_rms,
-                                    int64_t rows, int64_t n, double eps) {
+RETORT_SIMD_CLONES void rms_norm_forward(const double* x, const double* w, double* y,
+                                         double* inv_rms, int64_t rows, int64_t n, double eps) {
   rms_forward_rows(x, w, y, inv_rms, rows, n, eps);
 }
 RETORT_SIMD_CLONES void rms_norm_backward(const float* dy, const float* x, const float* w,
-                                     const float* inv_rms, float* dx, float* dw_partial,
-                                     int64_t rows, int64_t n) {
+                                          const float* inv_rms, float* dx, float* dw_partial,
+                                          int64_t rows, int64_t n) {
   rms_backward_rows(dy, x, w, inv_rms, dx, dw_partial, rows, n);
 }
 RETORT_SIMD_CLONES void rms_norm_backward(const double* dy, const double* x, const double* w,
-                                     const double* inv_rms, double* dx, double* dw_partial,
-                                     int64_t rows, int64_t n) {
+                                          const double* inv_rms, double* dx, double* dw_partial,
+                                          int64_t rows, int64_t n) {
   rms_backward_rows(dy, x, w, inv_rms, dx, dw_partial, rows, n);
 }
-RETORT_SIMD_CLONES void swiglu_forward(const float* gate, const float* up, float* out, int64_t count) {
-  swiglu_forward_all(gate, up, out, count);
+RETORT_SIMD_CLONES void swiglu_forward(const float* gate_up, float* out, int64_t rows, int64_t n) {
+  swiglu_forward_rows(gate_up, out, rows, n);
 }
-RETORT_SIMD_CLONES void swiglu_forward(const double* gate, const double* up, double* out,
-                                  int64_t count) {
-  swiglu_forward_all(gate, up, out, count);
+RETORT_SIMD_CLONES void swiglu_forward(const double* gate_up, double* out, int64_t rows,
+                                       int64_t n) {
+  swiglu_forward_rows(gate_up, out, rows, n);
 }
-RETORT_SIMD_CLONES void swiglu_backward(const float* dy, const float* gate, const float* up,
-                                   float* d_gate, float* d_up, int64_t count) {
-  swiglu_backward_all(dy, gate, up, d_gate, d_up, count);
+RETORT_SIMD_CLONES void swiglu_backward(const float* dy, const float* gate_up, float* d_gate_up,
+                                        int64_t rows, int64_t n) {
+  swiglu_backward_rows(dy, gate_up, d_gate_up, rows, n);
 }
-RETORT_SIMD_CLONES void swiglu_backward(const double* dy, const double* gate, const double* up,
-                                   double* d_gate, double* d_up, int64_t count) {
-  swiglu_backward_all(dy, gate, up, d_gate, d_up, count);
+RETORT_SIMD_CLONES void swiglu_backward(const double* dy, const double* gate_up, double* d_gate_up,
+                                        int64_t rows, int64_t n) {
+  swiglu_backward_rows(dy, gate_up, d_gate_up, rows, n);
 }
 RETORT_SIMD_CLONES void rope_rotate(float* x, const float* cos, const float* sin, int64_t row_begin,
-                               int64_t row_end, int64_t seq_len, int64_t heads, int64_t d,
-                               bool inverse) {
-  rope_rows(x, cos, sin, row_begin, row_end, seq_len, heads, d, inverse);
+                                    int64_t row_end, int64_t row_stride, int64_t seq_len,
+                                    int64_t heads, int64_t d, bool inverse) {
+  rope_rows(x, cos, sin, row_begin, row_end, row_stride, seq_len, heads, d, inverse);
 }
-RETORT_SIMD_CLONES void rope_rotate(double* x, const double* cos, const double* sin, int64_t row_begin,
-                               int64_t row_end, int64_t seq_len, int64_t heads, int64_t d,
-                               bool inverse) {
-  rope_rows(x, cos, sin, row_begin, row_end, seq_len, heads, d, inverse);
+RETORT_SIMD_CLONES void rope_rotate(double* x, const double* cos, const double* sin,
+                                    int64_t row_begin, int64_t row_end, int64_t row_stride,
+                                    int64_t seq_len, int64_t heads, int64_t d, bool inverse) {
+  rope_rows(x, cos, sin, row_begin, row_end, row_stride, seq_len, heads, d, inverse);
 }
 
 }  // namespace retort::layers::kernels

@@ -21,23 +21,27 @@ void rms_norm_backward(const float* dy, const float* x, const float* w, const fl
 void rms_norm_backward(const double* dy, const double* x, const double* w, const double* inv_rms,
                        double* dx, double* dw_partial, int64_t rows, int64_t n);
 
-// out = silu(gate) * up over count elements.
-void swiglu_forward(const float* gate, const float* up, float* out, int64_t count);
-void swiglu_forward(const double* gate, const double* up, double* out, int64_t count);
+// SwiGLU on packed rows: row r of gate_up holds gate (n values) then up (n values), the
+// output of one matrix product by [W_gate; W_up]. out[r] = silu(gate_r) * up_r, [rows, n].
+void swiglu_forward(const float* gate_up, float* out, int64_t rows, int64_t n);
+void swiglu_forward(const double* gate_up, double* out, int64_t rows, int64_t n);
 
-// d_gate = dy * up * s * (1 + gate * (1 - s)), d_up = dy * silu(gate), s = sigmoid(gate).
-void swiglu_backward(const float* dy, const float* gate, const float* up, float* d_gate,
-                     float* d_up, int64_t count);
-void swiglu_backward(const double* dy, const double* gate, const double* up, double* d_gate,
-                     double* d_up, int64_t count);
+// d_gate = dy * up * s * (1 + gate * (1 - s)), d_up = dy * silu(gate), s = sigmoid(gate),
+// written packed as gate_up is: d_gate_up [rows, 2n].
+void swiglu_backward(const float* dy, const float* gate_up, float* d_gate_up, int64_t rows,
+                     int64_t n);
+void swiglu_backward(const double* dy, const double* gate_up, double* d_gate_up, int64_t rows,
+                     int64_t n);
 
-// Rotates rows row_begin .. row_end-1 of x [rows of `heads` heads of d] in place; row r sits
-// at position r % seq_len: (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin) on the two halves
-// (Hugging Face rotate-half), with cos and sin [seq_len, d]. inverse rotates by minus the
-// angle, which is the backward of the forward rotation.
+// Rotates, in place, the first `heads` heads of d values of rows row_begin .. row_end-1 of
+// x (rows row_stride values apart, so q and k can be rotated inside a packed q|k|v row); row
+// r sits at position r % seq_len: (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin) on the two
+// halves (Hugging Face rotate-half), with cos and sin [seq_len, d]. inverse rotates by minus
+// the angle, which is the backward of the forward rotation.
 void rope_rotate(float* x, const float* cos, const float* sin, int64_t row_begin, int64_t row_end,
-                 int64_t seq_len, int64_t heads, int64_t d, bool inverse);
+                 int64_t row_stride, int64_t seq_len, int64_t heads, int64_t d, bool inverse);
 void rope_rotate(double* x, const double* cos, const double* sin, int64_t row_begin,
-                 int64_t row_end, int64_t seq_len, int64_t heads, int64_t d, bool inverse);
+                 int64_t row_end, int64_t row_stride, int64_t seq_len, int64_t heads, int64_t d,
+                 bool inverse);
 
 }  // namespace retort::layers::kernels

@@ -13,9 +13,8 @@ torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, doub
   return (xc * inv).to(x.scalar_type()) * weight;
 }
 
-std::pair<torch::Tensor, torch::Tensor> rope_tables(int64_t seq_len, int64_t head_dim,
-                                                    double theta, int64_t offset,
-                                                    torch::TensorOptions options) {
+std::pair<torch::Tensor, torch::Tensor> rope_tables(int64_t seq_len, int64_t head_dim, double theta,
+                                                    int64_t offset, torch::TensorOptions options) {
   auto f64 = torch::TensorOptions().dtype(torch::kDouble);
   torch::Tensor exponents = torch::arange(0, head_dim, 2, f64) / static_cast<double>(head_dim);
   torch::Tensor inv_freq = torch::pow(theta, -exponents);

@@ -11,9 +11,8 @@ namespace retort::layers {
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
 
 // cos and sin tables [seq, head_dim] for positions offset .. offset+seq-1.
-std::pair<torch::Tensor, torch::Tensor> rope_tables(int64_t seq_len, int64_t head_dim,
-                                                    double theta, int64_t offset,
-                                                    torch::TensorOptions options);
+std::pair<torch::Tensor, torch::Tensor> rope_tables(int64_t seq_len, int64_t head_dim, double theta,
+                                                    int64_t offset, torch::TensorOptions options);
 // Applies RoPE to x [batch, heads, seq, head_dim].
 torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos,
                          const torch::Tensor& sin);

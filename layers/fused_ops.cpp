@@ -78,66 +78,70 @@ struct RmsNorm : torch::autograd::Function<RmsNorm> {
   }
 };
 
-struct SwiGlu : torch::autograd::Function<SwiGlu> {
-  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor gate, torch::Tensor up) {
-    torch::Tensor out = torch::empty_like(gate);
-    AT_DISPATCH_FLOATING_TYPES(gate.scalar_type(), "fused_swiglu", [&] {
-      const scalar_t *gp = gate.data_ptr<scalar_t>(), *up_p = up.data_ptr<scalar_t>();
+struct SwiGluPacked : torch::autograd::Function<SwiGluPacked> {
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor gate_up) {
+    const int64_t n = gate_up.size(-1) / 2, rows = gate_up.numel() / (2 * n);
+    std::vector<int64_t> sizes = gate_up.sizes().vec();
+    sizes.back() = n;
+    torch::Tensor out = torch::empty(sizes, gate_up.options());
+    AT_DISPATCH_FLOATING_TYPES(gate_up.scalar_type(), "fused_swiglu", [&] {
+      const scalar_t* gp = gate_up.data_ptr<scalar_t>();
       scalar_t* op = out.data_ptr<scalar_t>();
-      parallel_rows(gate.numel(), 4096, [&](int64_t b, int64_t e) {
-        kernels::swiglu_forward(gp + b, up_p + b, op + b, e - b);
+      parallel_rows(rows, std::max<int64_t>(1, 4096 / n), [&](int64_t b, int64_t e) {
+        kernels::swiglu_forward(gp + b * 2 * n, op + b * n, e - b, n);
       });
     });
-    ctx->save_for_backward({gate, up});
+    ctx->save_for_backward({gate_up});
     return out;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const auto saved = ctx->get_saved_variables();
-    const torch::Tensor &gate = saved[0], &up = saved[1];
+    const torch::Tensor gate_up = ctx->get_saved_variables()[0];
     const torch::Tensor dy = grads[0].contiguous();
-    torch::Tensor d_gate = torch::empty_like(gate), d_up = torch::empty_like(up);
-    AT_DISPATCH_FLOATING_TYPES(gate.scalar_type(), "fused_swiglu_backward", [&] {
-      const scalar_t *dyp = dy.data_ptr<scalar_t>(), *gp = gate.data_ptr<scalar_t>();
-      const scalar_t* up_p = up.data_ptr<scalar_t>();
-      scalar_t *dgp = d_gate.data_ptr<scalar_t>(), *dup = d_up.data_ptr<scalar_t>();
-      parallel_rows(gate.numel(), 4096, [&](int64_t b, int64_t e) {
-        kernels::swiglu_backward(dyp + b, gp + b, up_p + b, dgp + b, dup + b, e - b);
+    const int64_t n = gate_up.size(-1) / 2, rows = gate_up.numel() / (2 * n);
+    torch::Tensor d_gate_up = torch::empty_like(gate_up);
+    AT_DISPATCH_FLOATING_TYPES(gate_up.scalar_type(), "fused_swiglu_backward", [&] {
+      const scalar_t *dyp = dy.data_ptr<scalar_t>(), *gp = gate_up.data_ptr<scalar_t>();
+      scalar_t* dp = d_gate_up.data_ptr<scalar_t>();
+      parallel_rows(rows, std::max<int64_t>(1, 4096 / n), [&](int64_t b, int64_t e) {
+        kernels::swiglu_backward(dyp + b * n, gp + b * 2 * n, dp + b * 2 * n, e - b, n);
       });
     });
-    return {d_gate, d_up};
+    return {d_gate_up};
   }
 };
 
-// Rotates t [batch * seq rows of heads x d] in place.
+// Rotates the first `heads` heads of each [batch * seq] row of t in place.
 void rotate_in_place(torch::Tensor& t, const torch::Tensor& cos, const torch::Tensor& sin,
-                     int64_t seq_len, bool inverse) {
-  const int64_t d = cos.size(-1), rows = t.size(0) * t.size(1);
-  const int64_t heads = t.numel() / (rows * d);
+                     int64_t heads, bool inverse) {
+  const int64_t d = cos.size(-1), seq_len = t.size(1), rows = t.size(0) * t.size(1);
+  const int64_t row_stride = t.numel() / rows;
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "fused_rope", [&] {
     scalar_t* xp = t.data_ptr<scalar_t>();
     const scalar_t *cp = cos.data_ptr<scalar_t>(), *sp = sin.data_ptr<scalar_t>();
     parallel_rows(rows, 8, [&](int64_t b, int64_t e) {
-      kernels::rope_rotate(xp, cp, sp, b, e, seq_len, heads, d, inverse);
+      kernels::rope_rotate(xp, cp, sp, b, e, row_stride, seq_len, heads, d, inverse);
     });
   });
 }
 
 struct RopeInPlace : torch::autograd::Function<RopeInPlace> {
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, torch::Tensor cos,
-                               torch::Tensor sin) {
-    rotate_in_place(x, cos, sin, x.size(1), /*inverse=*/false);
+                               torch::Tensor sin, int64_t heads) {
+    rotate_in_place(x, cos, sin, heads, /*inverse=*/false);
     ctx->mark_dirty({x});
     ctx->save_for_backward({cos, sin});
+    ctx->saved_data["heads"] = heads;
     return x;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    // The rotation is orthogonal: its backward rotates the gradient by minus the angle.
+    // The rotation is orthogonal: its backward rotates the gradient by minus the angle (the
+    // heads left alone pass their gradient through).
     torch::Tensor dx = grads[0].contiguous().clone();
-    rotate_in_place(dx, saved[0], saved[1], dx.size(1), /*inverse=*/true);
-    return {dx, torch::Tensor(), torch::Tensor()};
+    rotate_in_place(dx, saved[0], saved[1], ctx->saved_data["heads"].toInt(), /*inverse=*/true);
+    return {dx, torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -149,18 +153,27 @@ torch::Tensor fused_rms_norm(const torch::Tensor& x, const torch::Tensor& weight
   return RmsNorm::apply(x, weight, eps);
 }
 
-torch::Tensor fused_swiglu(const torch::Tensor& gate, const torch::Tensor& up) {
-  if (!loops_apply({gate, up}) || gate.sizes() != up.sizes()) return torch::silu(gate) * up;
-  return SwiGlu::apply(gate, up);
+torch::Tensor fused_swiglu_packed(const torch::Tensor& gate_up) {
+  const int64_t n = gate_up.size(-1) / 2;
+  if (!loops_apply({gate_up}) || gate_up.size(-1) % 2 != 0)
+    return torch::silu(gate_up.narrow(-1, 0, n)) * gate_up.narrow(-1, n, n);
+  return SwiGluPacked::apply(gate_up);
 }
 
-torch::Tensor fused_rope_(torch::Tensor x, const torch::Tensor& cos, const torch::Tensor& sin) {
+torch::Tensor fused_rope_(torch::Tensor x, const torch::Tensor& cos, const torch::Tensor& sin,
+                          int64_t rotated_heads) {
   const int64_t b = x.size(0), s = x.size(1), d = cos.size(-1);
+  const int64_t heads = x.numel() / (b * s * d);
+  const int64_t rotated = rotated_heads < 0 ? heads : rotated_heads;
   if (!loops_apply({x, cos, sin}) || cos.size(0) != s || (x.is_leaf() && x.requires_grad())) {
-    torch::Tensor per_head = x.reshape({b, s, -1, d}).transpose(1, 2);
-    return apply_rope(per_head, cos, sin).transpose(1, 2).reshape(x.sizes());
+    torch::Tensor per_head = x.reshape({b, s, heads, d});
+    torch::Tensor turned =
+        apply_rope(per_head.narrow(2, 0, rotated).transpose(1, 2), cos, sin).transpose(1, 2);
+    if (rotated < heads)
+      turned = torch::cat({turned, per_head.narrow(2, rotated, heads - rotated)}, 2);
+    return turned.reshape(x.sizes());
   }
-  return RopeInPlace::apply(x, cos, sin);
+  return RopeInPlace::apply(x, cos, sin, rotated);
 }
 
 }  // namespace retort::layers

@@ -4,7 +4,7 @@
 // backward:
 //   rms_norm: saves x and one inverse RMS per row (torch's composition also keeps x^2-sized
 //             and normalised copies);
-//   swiglu:   saves gate and up (not silu(gate));
+//   swiglu:   saves the packed gate|up product output (not silu(gate));
 //   rope:     rotates the projection's output in place and saves nothing.
 // CPU float32 / float64 contiguous inputs take the loops; anything else (CUDA, half precision)
 // falls back to layers/functional.h, which stays the reference the tests compare against.
@@ -16,12 +16,17 @@ namespace retort::layers {
 // Same maths as rms_norm() in functional.h.
 torch::Tensor fused_rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
 
-// silu(gate) * up.
-torch::Tensor fused_swiglu(const torch::Tensor& gate, const torch::Tensor& up);
+// silu(gate) * up from gate_up [..., 2n] = [gate | up] (the output of one matrix product by
+// the stacked gate and up weights) -> [..., n]. Backward writes the gradient packed the same
+// way, so the one product's backward takes it whole.
+torch::Tensor fused_swiglu_packed(const torch::Tensor& gate_up);
 
-// Applies RoPE to x [batch, seq, heads, head_dim] (position = index along seq) in place when
-// x may be overwritten (it is not a leaf and no other autograd node saved it), and returns
-// it. cos and sin are the [seq, head_dim] tables of rope_tables().
-torch::Tensor fused_rope_(torch::Tensor x, const torch::Tensor& cos, const torch::Tensor& sin);
+// Applies RoPE in place to the first `rotated_heads` heads (all when -1) of x [batch, seq,
+// heads * head_dim] or [batch, seq, heads, head_dim] (position = index along seq; a packed
+// q|k|v projection output rotates its q and k heads and leaves v), and returns x. In place
+// when x may be overwritten (not a leaf that requires grad; the projection's output is never
+// saved by its own backward). cos and sin are the [seq, head_dim] tables of rope_tables().
+torch::Tensor fused_rope_(torch::Tensor x, const torch::Tensor& cos, const torch::Tensor& sin,
+                          int64_t rotated_heads = -1);
 
 }  // namespace retort::layers

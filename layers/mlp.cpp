@@ -17,15 +17,23 @@ SwiGluMlp::SwiGluMlp(const ModelConfig& c, const std::string& p, ParameterStore&
 
 torch::Tensor SwiGluMlp::forward(const torch::Tensor& x, const RecomputePolicy& recompute,
                                  const KernelPolicy& kernels) const {
-  torch::Tensor gate = gate_->forward(x), up = up_->forward(x);
-  const bool fused = kernels.fused;
-  auto product = [fused](const std::vector<torch::Tensor>& in) {
-    return std::vector<torch::Tensor>{fused ? fused_swiglu(in[0], in[1])
-                                            : torch::silu(in[0]) * in[1]};
-  };
-  // Selective checkpointing keeps gate and up; the silu and the product are recomputed.
-  if (!recompute.active(Checkpointing::selective)) return down_->forward(product({gate, up})[0]);
-  return down_->forward(run_recomputed(product, {gate, up}, recompute.offloader)[0]);
+  // Fused: one product by [W_gate; W_up] and the SwiGLU on its packed output. Selective
+  // checkpointing keeps the product's output (gate and up) and recomputes the SwiGLU.
+  std::vector<torch::Tensor> kept;
+  RecomputeFn product;
+  if (kernels.fused) {
+    kept = {packed_column_forward({&*gate_, &*up_}, x)};
+    product = [](const std::vector<torch::Tensor>& in) {
+      return std::vector<torch::Tensor>{fused_swiglu_packed(in[0])};
+    };
+  } else {
+    kept = {gate_->forward(x), up_->forward(x)};
+    product = [](const std::vector<torch::Tensor>& in) {
+      return std::vector<torch::Tensor>{torch::silu(in[0]) * in[1]};
+    };
+  }
+  if (!recompute.active(Checkpointing::selective)) return down_->forward(product(kept)[0]);
+  return down_->forward(run_recomputed(product, kept, recompute.offloader)[0]);
 }
 
 }  // namespace retort::layers

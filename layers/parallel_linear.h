@@ -30,11 +30,24 @@ class ColumnParallelLinear {
   ColumnParallelLinear(const LinearSpec& spec, ParameterStore& store, int64_t row_offset,
                        int64_t rows);
   torch::Tensor forward(const torch::Tensor& x) const;  // [..., in] -> [..., out_local]
+  // The rows of weight and bias this rank multiplies by (bias undefined without one).
+  torch::Tensor local_weight() const;
+  torch::Tensor local_bias() const;
 
  private:
   torch::Tensor weight_, bias_;
   int64_t row_offset_ = 0, rows_ = 0;  // rows_ == 0: use the whole local weight
 };
+
+// Several column-parallel linears reading the same input as one matrix product by their
+// stacked local weights: [..., in] -> [..., sum of out_local], each one's output a slice of
+// the last dimension in the order given (q|k|v, gate|up). One larger product runs faster than
+// several small ones, and its backward forms the input's gradient in one product instead of
+// a sum of several. The parameters stay separate (checkpoints, TP slicing unchanged); the
+// weights are stacked into a temporary copy in forward and again in backward, so no stacked
+// copy is kept between them.
+torch::Tensor packed_column_forward(const std::vector<const ColumnParallelLinear*>& parts,
+                                    const torch::Tensor& x);
 
 class RowParallelLinear {
  public:

@@ -96,21 +96,23 @@ TEST(FusedKernels, RmsNormWeightGradientDoesNotDependOnThreads) {
 
 TEST(FusedKernels, SwigluMatchesComposedOpsIncludingLargeGates) {
   torch::manual_seed(3);
-  torch::Tensor gate = torch::randn({5, 333}, torch::kDouble) * 4;
-  gate[0][0] = 95.0;  // beyond the float exp's clamp on either side
-  gate[0][1] = -95.0;
-  gate[0][2] = 0.0;
-  torch::Tensor up = torch::randn({5, 333}, torch::kDouble);
-  torch::Tensor seed = torch::randn({5, 333}, torch::kDouble);
-  auto fused = [](const std::vector<torch::Tensor>& in) { return fused_swiglu(in[0], in[1]); };
-  auto reference = [](const std::vector<torch::Tensor>& in) { return torch::silu(in[0]) * in[1]; };
-  expect_match(fused, reference, {gate, up}, seed, torch::kDouble, kFloat64Tol);
-  expect_match(fused, reference, {gate, up}, seed, torch::kFloat, kFloat32Tol);
+  const int64_t n = 333;
+  torch::Tensor gate_up = torch::randn({5, 2 * n}, torch::kDouble) * 4;  // [gate | up] rows
+  gate_up[0][0] = 95.0;  // beyond the float exp's clamp on either side
+  gate_up[0][1] = -95.0;
+  gate_up[0][2] = 0.0;
+  torch::Tensor seed = torch::randn({5, n}, torch::kDouble);
+  auto fused = [](const std::vector<torch::Tensor>& in) { return fused_swiglu_packed(in[0]); };
+  auto reference = [n](const std::vector<torch::Tensor>& in) {
+    return torch::silu(in[0].narrow(1, 0, n)) * in[0].narrow(1, n, n);
+  };
+  expect_match(fused, reference, {gate_up}, seed, torch::kDouble, kFloat64Tol);
+  expect_match(fused, reference, {gate_up}, seed, torch::kFloat, kFloat32Tol);
   // Element by element too: the float loop's own exp must be good to a few ulp everywhere,
   // not only against the largest element.
-  torch::Tensor got = fused_swiglu(gate.to(torch::kFloat), up.to(torch::kFloat)).to(torch::kDouble);
-  torch::Tensor want = torch::silu(gate.to(torch::kFloat).to(torch::kDouble)) *
-                       up.to(torch::kFloat).to(torch::kDouble);
+  torch::Tensor in32 = gate_up.to(torch::kFloat);
+  torch::Tensor got = fused_swiglu_packed(in32).to(torch::kDouble);
+  torch::Tensor want = reference({in32.to(torch::kDouble)});
   EXPECT_LT(((got - want).abs() / (want.abs() + 1e-6)).max().item<double>(), 2e-6);
 }
 
@@ -120,21 +122,28 @@ TEST(FusedKernels, RopeInPlaceMatchesRotateHalf) {
   auto [cos64, sin64] = rope_tables(s, d, 500.0, 0, torch::TensorOptions().dtype(torch::kDouble));
   torch::Tensor x = torch::randn({b, s, heads * d}, torch::kDouble);
   torch::Tensor seed = torch::randn({b, s, heads * d}, torch::kDouble);
-  for (torch::ScalarType dtype : {torch::kDouble, torch::kFloat}) {
-    torch::Tensor cos = cos64.to(dtype), sin = sin64.to(dtype);
-    // As in the attention: rotate the output of a projection (a non-leaf), in place.
-    auto fused = [&](const std::vector<torch::Tensor>& in) {
-      torch::Tensor projected = in[0] * 1.0;
-      torch::Tensor rotated = fused_rope_(projected, cos, sin);
-      EXPECT_EQ(rotated.data_ptr(), projected.data_ptr()) << "not in place";
-      return rotated;
-    };
-    auto reference = [&](const std::vector<torch::Tensor>& in) {
-      torch::Tensor per_head = in[0].view({b, s, heads, d}).transpose(1, 2);
-      return apply_rope(per_head, cos64, sin64).transpose(1, 2).reshape({b, s, heads * d});
-    };
-    expect_match(fused, reference, {x}, seed, dtype,
-                 dtype == torch::kDouble ? kFloat64Tol : kFloat32Tol);
+  // All heads, and the first 3 of 5 (q and k inside a packed q|k|v row; v left alone).
+  for (int64_t rotated : {heads, int64_t(3)}) {
+    for (torch::ScalarType dtype : {torch::kDouble, torch::kFloat}) {
+      SCOPED_TRACE(::testing::Message() << "rotated heads " << rotated << ", " << dtype);
+      torch::Tensor cos = cos64.to(dtype), sin = sin64.to(dtype);
+      // As in the attention: rotate the output of a projection (a non-leaf), in place.
+      auto fused = [&](const std::vector<torch::Tensor>& in) {
+        torch::Tensor projected = in[0] * 1.0;
+        torch::Tensor turned = fused_rope_(projected, cos, sin, rotated);
+        EXPECT_EQ(turned.data_ptr(), projected.data_ptr()) << "not in place";
+        return turned;
+      };
+      auto reference = [&](const std::vector<torch::Tensor>& in) {
+        torch::Tensor per_head = in[0].view({b, s, heads, d});
+        torch::Tensor turned =
+            apply_rope(per_head.narrow(2, 0, rotated).transpose(1, 2), cos64, sin64);
+        torch::Tensor kept = per_head.narrow(2, rotated, heads - rotated);
+        return torch::cat({turned.transpose(1, 2), kept}, 2).reshape({b, s, heads * d});
+      };
+      expect_match(fused, reference, {x}, seed, dtype,
+                   dtype == torch::kDouble ? kFloat64Tol : kFloat32Tol);
+    }
   }
 }
 
