@@ -12,7 +12,7 @@
 // backward, and all of them (full + offloading + in backward). Micro-batch 4 x 256 tokens,
 // one micro-batch per step, optimizer.grad_clip 0 everywhere (in_backward cannot clip).
 // Then the targets, each with the measured figure.
-// Usage: bench_memory [steps=2] [threads=cores]
+// Usage: bench_memory [steps=2] [threads=cores] [key=value ...] (keys added to every run)
 #include <torch/torch.h>
 
 #include <chrono>
@@ -107,6 +107,7 @@ int measure(int argc, char** argv) {
   const std::string dir = (std::filesystem::temp_directory_path() / "retort_bench_memory").string();
   std::vector<std::string> common = bench::measured_run_keys(dir, steps);
   common.push_back("optimizer.grad_clip=0");
+  for (int i = 3; i < argc; ++i) common.push_back(argv[i]);  // e.g. memory.fused_kernels=false
 
   // (1) The 39.6M model, LM loss.
   std::vector<std::string> lm = common;
@@ -126,6 +127,10 @@ int measure(int argc, char** argv) {
   for (const std::string& key : shape("teacher", 8)) distill.push_back(key);
   for (const char* key :
        {"teacher.seed=2", "distill.logit_weight=1", "distill.activation_weight=1",
+        // The memory-lean chunk (the default, 96, is bench_distill's speed setting): under the
+        // optimizer step inside backward the recomputing logit loss's token chunks grow with
+        // the vocabulary block, and at 96 they set the all-together peak (+35 MB).
+        "distill.chunk_tokens=32",
         "distill.activation_pairs=[layers.0.mixer_output=layers.1.mixer_output,"
         "layers.1.mixer_output=layers.3.mixer_output,layers.2.mixer_output=layers.5.mixer_output,"
         "layers.3.mixer_output=layers.7.mixer_output]"})
