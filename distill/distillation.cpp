@@ -201,6 +201,13 @@ torch::Tensor Distiller::activation_loss(const torch::Tensor& targets,
     terms->per_pair[pair.student] += pair_loss.item<double>();
     sum = sum.defined() ? sum + pair_loss : pair_loss;
   }
+  // The losses' graphs keep what their backward needs (mse and l2: the difference); the
+  // sink's own references to the student's captures would keep them until the end of the
+  // micro-batch, through the logit loss's peak.
+  std::set<std::string> used;
+  for (size_t i = 0; i < config_.pairs.size(); ++i)
+    if (local(i)) used.insert(config_.pairs[i].student);
+  for (const std::string& name : used) student_sink.take(name);
   if (!sum.defined()) return torch::zeros({});
   terms->activations += sum.item<double>();
   return config_.activation_weight * sum;

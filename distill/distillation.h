@@ -61,7 +61,8 @@ class Distiller {
                                        const torch::Tensor& targets, double target_count,
                                        int64_t vocab_size, int64_t lm_chunk_tokens,
                                        bool recompute_heads, LossTerms* terms) const;
-  // The weighted activation losses of this stage's pairs (zero without any).
+  // The weighted activation losses of this stage's pairs (zero without any). Takes the
+  // pairs' captures out of both sinks: the losses keep what their backward needs.
   torch::Tensor activation_loss(const torch::Tensor& targets, layers::CaptureSink& student_sink,
                                 layers::CaptureSink& teacher_sink, double target_count,
                                 LossTerms* terms) const;
