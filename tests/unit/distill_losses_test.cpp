@@ -6,7 +6,10 @@
 #include <torch/torch.h>
 
 #include "distill/activation_losses.h"
+#include "distill/distillation.h"
 #include "distill/logit_losses.h"
+#include "distill/teacher.h"
+#include "layers/model.h"
 
 using namespace retort;
 using namespace retort::distill;
@@ -257,4 +260,44 @@ TEST(LogitLosses, FusedHeadsMatchReferenceOnLogits) {
         EXPECT_EQ(ws.grad().narrow(0, kVocab, kPadded - kVocab).abs().max().item<double>(), 0.0)
             << where;  // padded rows get no gradient
       }
+}
+
+TEST(ActivationLosses, DistillerReleasesTheCapturesItsLossesUsed) {
+  // Once the activation losses are built, neither sink holds the pairs' captures (the
+  // student's would otherwise live through the logit loss's peak), and backward still works
+  // from what the losses' graphs kept.
+  layers::ModelConfig c;
+  c.vocab_size = 40;
+  c.hidden = 16;
+  c.layers = 2;
+  c.heads = 2;
+  c.kv_heads = 1;
+  c.ffn_hidden = 24;
+  layers::ParameterStore store(3, torch::kDouble);
+  layers::LlamaModel student(c, store);
+  Teacher teacher(c, 4, torch::kDouble, {});
+  DistillConfig dc;
+  dc.logit_weight = 0;
+  dc.activation_weight = 1;
+  dc.pairs = make_activation_pairs({}, {"mixer_output", "mlp_output"}, c.layers, c.layers);
+  Distiller distiller(dc, teacher, c, store, {});
+  torch::Tensor tokens = torch::randint(c.vocab_size, {2, 8}, torch::kLong);
+  layers::CaptureSink student_sink(distiller.student_captures()),
+      teacher_sink(distiller.teacher_captures());
+  teacher.forward(tokens, &teacher_sink);
+  student.forward(tokens, &student_sink);
+  for (const ActivationPair& pair : distiller.pairs()) ASSERT_TRUE(student_sink.has(pair.student));
+  LossTerms terms;
+  torch::Tensor loss = distiller.activation_loss(tokens, student_sink, teacher_sink, 16.0, &terms);
+  for (const ActivationPair& pair : distiller.pairs()) {
+    EXPECT_FALSE(student_sink.has(pair.student)) << pair.student;
+    EXPECT_FALSE(teacher_sink.has(pair.teacher)) << pair.teacher;
+  }
+  EXPECT_GT(loss.item<double>(), 0.0);  // different seeds: student and teacher differ
+  loss.backward();
+  double largest = 0;
+  for (auto& p : store.all())
+    if (p.value.grad().defined())
+      largest = std::max(largest, p.value.grad().abs().max().item<double>());
+  EXPECT_GT(largest, 0.0);
 }
