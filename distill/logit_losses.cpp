@@ -1,10 +1,13 @@
 // distill/logit_losses.cpp: see logit_losses.h.
 #include "distill/logit_losses.h"
 
+#include <ATen/Parallel.h>
+
 #include <algorithm>
 #include <limits>
 
 #include "common/user_error.h"
+#include "distill/logit_kernels.h"
 
 namespace retort::distill {
 namespace {
@@ -113,10 +116,120 @@ TokenStats empty_stats(const LossSetup& L, const torch::Tensor& targets,
   return st;
 }
 
+// The one-pass loops (distill/logit_kernels.h) take the dense losses on CPU float or double
+// logits whose rows are contiguous, and with the cross-entropy only at T = 1, where its
+// softmax is the logit loss's q. The choice depends on nothing rank-specific, so every rank
+// of a TP group takes the same path and joins the same collectives.
+bool loops_apply(const LossSetup& L, const torch::Tensor& sr, const torch::Tensor& tr) {
+  const auto dtype = sr.scalar_type();
+  auto rows_ready = [](const torch::Tensor& x) {
+    return x.device().is_cpu() && x.dim() == 2 && (x.size(1) == 0 || x.stride(1) == 1);
+  };
+  return L.dense() && (!L.with_ce || L.temperature == 1.0) && rows_ready(sr) && rows_ready(tr) &&
+         tr.scalar_type() == dtype && (dtype == torch::kFloat || dtype == torch::kDouble);
+}
+
+template <typename T>
+kernels::LogitRows<T> logit_rows(const LossSetup& L, const torch::Tensor& sr,
+                                 const torch::Tensor& tr, int64_t begin, int64_t end) {
+  kernels::LogitRows<T> x;
+  x.s_stride = sr.stride(0);
+  x.t_stride = tr.stride(0);
+  x.s = sr.data_ptr<T>() + begin * x.s_stride;
+  x.t = tr.data_ptr<T>() + begin * x.t_stride;
+  x.rows = end - begin;
+  x.cols = sr.size(1);
+  x.inv_temperature = 1.0 / L.temperature;
+  return x;
+}
+
+// Runs the dense loop on tokens [start, start + len) of the stats (sr, tr are those tokens'
+// rows), rows split across torch's intra-op threads. grad [len, cols] (optional) receives
+// kd_c (q - p) + ce_c q; whole_rows: this rank holds the whole vocabulary, and the loop forms
+// the log-sum-exps itself. Writes st's lse (whole_rows) and per_token (with_partial) through
+// its tensor handles, so the gradient pass, which writes neither, can pass saved statistics.
+void run_dense_loop(const LossSetup& L, const TokenStats& st, const torch::Tensor& sr,
+                    const torch::Tensor& tr, int64_t start, int64_t len, bool whole_rows,
+                    bool with_partial, torch::Tensor grad = {}, const torch::Tensor& kd_c = {},
+                    const torch::Tensor& ce_c = {}) {
+  AT_DISPATCH_FLOATING_TYPES(sr.scalar_type(), "dense_logit_loss", [&] {
+    kernels::DenseKd<scalar_t> kd;
+    kd.forward_kl = L.kind == LogitLoss::forward_kl;
+    kd.whole_rows = whole_rows;
+    scalar_t* lse_s = st.lse_s.data_ptr<scalar_t>() + start;
+    scalar_t* lse_t = st.lse_t.data_ptr<scalar_t>() + start;
+    scalar_t* partial = with_partial ? st.per_token.data_ptr<scalar_t>() + start : nullptr;
+    at::parallel_for(0, len, 4, [&](int64_t b, int64_t e) {
+      kernels::DenseKd<scalar_t> rows = kd;
+      rows.lse_s = lse_s + b;
+      rows.lse_t = lse_t + b;
+      rows.partial = partial ? partial + b : nullptr;
+      if (grad.defined()) {
+        rows.grad_stride = grad.stride(0);
+        rows.grad = grad.data_ptr<scalar_t>() + b * rows.grad_stride;
+        rows.kd_c = kd_c.data_ptr<scalar_t>() + start + b;
+        if (L.with_ce) rows.ce_c = ce_c.data_ptr<scalar_t>() + start + b;
+      }
+      kernels::dense_kd_rows(logit_rows<scalar_t>(L, sr, tr, b, e), rows);
+    });
+  });
+}
+
+// The log-sum-exps of tokens [start, start + len) over the split vocabulary through the
+// loops: each slice's row maxima and exp sums, combined over the TP group (two collectives for
+// student and teacher together).
+void split_logsumexps_by_loops(const LossSetup& L, TokenStats& st, const torch::Tensor& sr,
+                               const torch::Tensor& tr, int64_t start, int64_t len) {
+  torch::Tensor max = torch::empty({2, len}, sr.options()), sum = torch::empty_like(max);
+  AT_DISPATCH_FLOATING_TYPES(sr.scalar_type(), "logit_row_stats", [&] {
+    scalar_t *mp = max.data_ptr<scalar_t>(), *sp = sum.data_ptr<scalar_t>();
+    at::parallel_for(0, len, 4, [&](int64_t b, int64_t e) {
+      kernels::logit_row_stats(logit_rows<scalar_t>(L, sr, tr, b, e), mp + b, sp + b, mp + len + b,
+                               sp + len + b);
+    });
+  });
+  const double inv_t = 1.0 / L.temperature;
+  torch::Tensor global = max.clone();
+  tp_reduce(global, L.group, parallel::ReduceOp::Max);
+  // A slice with no real column has max -inf and sum 0: it adds 0 * exp(-inf) = 0.
+  sum.mul_(((max - global) * inv_t).exp_());
+  tp_reduce(sum, L.group, parallel::ReduceOp::Sum);
+  torch::Tensor lse = global.mul_(inv_t).add_(sum.log_());
+  st.lse_s.narrow(0, start, len).copy_(lse[0]);
+  st.lse_t.narrow(0, start, len).copy_(lse[1]);
+}
+
+// The cross-entropy's target logit of tokens [start, start + len) on this rank (0 where the
+// target lies in another rank's slice).
+void record_target_logits(const LossSetup& L, TokenStats& st, const torch::Tensor& sr,
+                          int64_t start, int64_t len) {
+  if (!L.with_ce || L.real == 0) return;
+  torch::Tensor hit = st.hit.narrow(0, start, len);
+  torch::Tensor index = st.local_index.narrow(0, start, len);
+  st.target_logit.narrow(0, start, len)
+      .copy_(torch::where(hit, sr.gather(1, index.unsqueeze(1)).squeeze(1),
+                          torch::zeros({}, sr.options())));
+}
+
+// forward_chunk through the loops (loops_apply): the log-sum-exps (lse_1 is lse_s, T = 1 with
+// the cross-entropy) and each token's partial loss. Alone on the vocabulary (no TP), it can
+// form the gradient in the same pass: grad, kd_c, ce_c as for run_dense_loop.
+void forward_chunk_by_loops(const LossSetup& L, TokenStats& st, const torch::Tensor& sr,
+                            const torch::Tensor& tr, int64_t start, int64_t len,
+                            torch::Tensor grad = {}, const torch::Tensor& kd_c = {},
+                            const torch::Tensor& ce_c = {}) {
+  const bool alone = !L.group || L.group->size() == 1;
+  TORCH_CHECK(alone || !grad.defined(), "the gradient needs the whole-vocabulary statistics");
+  if (!alone) split_logsumexps_by_loops(L, st, sr, tr, start, len);
+  run_dense_loop(L, st, sr, tr, start, len, alone, true, grad, kd_c, ce_c);
+  record_target_logits(L, st, sr, start, len);
+}
+
 // The forward of tokens [start, start + len): sr, tr are their real student and teacher
 // logit columns [len, real].
 void forward_chunk(const LossSetup& L, TokenStats& st, const torch::Tensor& sr,
                    const torch::Tensor& tr, int64_t start, int64_t len) {
+  if (loops_apply(L, sr, tr)) return forward_chunk_by_loops(L, st, sr, tr, start, len);
   torch::Tensor ss = scaled(sr, L.temperature), tt = scaled(tr, L.temperature);
   if (L.top_k > 0) {
     torch::Tensor th = st.threshold.narrow(0, start, len);
@@ -125,16 +238,9 @@ void forward_chunk(const LossSetup& L, TokenStats& st, const torch::Tensor& sr,
   }
   st.lse_s.narrow(0, start, len).copy_(split_logsumexp(ss, L.group));
   st.lse_t.narrow(0, start, len).copy_(split_logsumexp(tt, L.group));
-  if (L.with_ce) {
-    if (L.temperature != 1.0) st.lse_1.narrow(0, start, len).copy_(split_logsumexp(sr, L.group));
-    if (L.real > 0) {
-      torch::Tensor hit = st.hit.narrow(0, start, len);
-      torch::Tensor index = st.local_index.narrow(0, start, len);
-      st.target_logit.narrow(0, start, len)
-          .copy_(torch::where(hit, sr.gather(1, index.unsqueeze(1)).squeeze(1),
-                              torch::zeros({}, sr.options())));
-    }
-  }
+  if (L.with_ce && L.temperature != 1.0)
+    st.lse_1.narrow(0, start, len).copy_(split_logsumexp(sr, L.group));
+  record_target_logits(L, st, sr, start, len);
   if (L.dense()) {  // fewer passes: the log-sum-exps are added once after the reduction
     torch::Tensor p = (tt - st.lse_t.narrow(0, start, len).unsqueeze(-1)).exp_();
     st.per_token.narrow(0, start, len)
@@ -175,6 +281,11 @@ void gradient_chunk(const LossSetup& L, const TokenStats& st, torch::Tensor out,
     }
     subtract_target_one_hot(out, c, hit, index);
   };
+  if (loops_apply(L, sr, tr)) {  // q and p formed in one pass, from the saved statistics
+    run_dense_loop(L, st, sr, tr, start, len, false, false, out, kd_coefficient, ce_coefficient);
+    if (L.with_ce) subtract_one_hot(ce_coefficient.narrow(0, start, len));
+    return;
+  }
   torch::Tensor ss = scaled(sr, L.temperature);
   torch::Tensor kd_c = kd_coefficient.narrow(0, start, len).unsqueeze(-1);
   torch::Tensor c = ce_coefficient.narrow(0, start, len);
@@ -427,7 +538,18 @@ struct FusedHeadLogitDistillation : torch::autograd::Function<FusedHeadLogitDist
       torch::Tensor xs_c = xs.narrow(0, start, len);
       torch::Tensor sr = torch::matmul(xs_c, wsr.t());
       torch::Tensor tr = torch::matmul(xt.narrow(0, start, len), wtr.t());
-      forward_chunk(L, st, sr, tr, start, len);
+      torch::Tensor out;
+      const bool alone = !L.group || L.group->size() == 1;
+      if (alone && loops_apply(L, sr, tr) && (want_x || want_w)) {  // loss and gradient at once
+        out = torch::empty({len, L.real}, xs.options());
+        forward_chunk_by_loops(L, st, sr, tr, start, len, out, kd_coefficient, ce_coefficient);
+        if (L.with_ce)
+          subtract_target_one_hot(out, ce_coefficient.narrow(0, start, len),
+                                  st.hit.narrow(0, start, len),
+                                  st.local_index.narrow(0, start, len));
+      } else {
+        forward_chunk(L, st, sr, tr, start, len);
+      }
       // This chunk's per-token loss (and target logits) whole over TP now: its gradient
       // needs them.
       torch::Tensor per_token = st.per_token.narrow(0, start, len);
@@ -442,8 +564,10 @@ struct FusedHeadLogitDistillation : torch::autograd::Function<FusedHeadLogitDist
         tp_reduce(target_logit, L.group, parallel::ReduceOp::Sum);
       }
       if (!want_x && !want_w) continue;
-      torch::Tensor out = torch::empty({len, L.real}, xs.options());
-      gradient_chunk(L, st, out, sr, tr, kd_coefficient, ce_coefficient, start, len);
+      if (!out.defined()) {
+        out = torch::empty({len, L.real}, xs.options());
+        gradient_chunk(L, st, out, sr, tr, kd_coefficient, ce_coefficient, start, len);
+      }
       if (want_x) grad_x.narrow(0, start, len).copy_(torch::matmul(out, wsr));
       if (want_w) grad_w.narrow(0, 0, L.real).addmm_(out.t(), xs_c);
     }
