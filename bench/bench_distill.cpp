@@ -54,7 +54,7 @@ int measure(int argc, char** argv) {
   const std::string dir =
       (std::filesystem::temp_directory_path() / "retort_bench_distill").string();
   std::vector<std::string> common = bench::measured_run_keys(dir, steps);
-  for (const char* key : {"distill.chunk_tokens=96", "teacher.seed=2"}) common.push_back(key);
+  for (const char* key : {"distill.chunk_tokens=192", "teacher.seed=2"}) common.push_back(key);
   for (const auto& keys :
        {narrow ? shape("model", 384, 6, 6, 1024) : shape("model", 512, 4, 8, 1376),
         shape("teacher", 512, teacher_layers, 8, 1376)})

@@ -19,8 +19,8 @@ RETORT_NAMED_ENUM(ActivationLoss, mse, cosine, l2)
   KEY(bool, scale_by_t2, "distill.scale_t2", true, 0, 0, "multiply the logit loss by T^2") \
   KEY(int64_t, teacher_top_k, "distill.teacher_top_k", 0, 0, 1e9,                          \
       "keep the teacher's k largest logits per token (0 = all); forward_kl / soft_ce")     \
-  KEY(int64_t, chunk_tokens, "distill.chunk_tokens", 96, 1, 1e9,                           \
-      "tokens per logit-loss chunk (96 measured fastest within bench_distill's memory budget)")
+  KEY(int64_t, chunk_tokens, "distill.chunk_tokens", 192, 1, 1e9,                          \
+      "tokens per logit-loss chunk (192: bench_logit_loss, within bench_distill's memory budget)")
 
 struct LogitLossOptions {
   // kind: forward_kl = KL(teacher || student), reverse_kl = KL(student || teacher), soft_ce.

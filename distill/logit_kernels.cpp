@@ -85,6 +85,56 @@ RETORT_ALWAYS_INLINE T kd_row(const T* __restrict s, const T* __restrict t, int6
   return T(total);
 }
 
+// One row with the teacher row as scratch and grad possibly the student row itself: the row
+// maxima first (no exp), then one pass forming e_s = exp((s - max_s) / T) and e_t likewise,
+// their sums and sum e_t (t - s) (or -e_t s), keeping e_s in grad and e_t in t, then
+// grad = kd_c (q - p) + ce_c q from q = e_s / sum_s, p = e_t / sum_t. No restrict: grad may
+// alias s, and each entry is read before it is written.
+template <typename T, bool kForwardKl, bool kCe>
+RETORT_ALWAYS_INLINE T kd_row_in_place(const T* s, T* t, int64_t n, T inv_t, T* grad, T kd_c,
+                                       T ce_c, T& lse_s, T& lse_t) {
+  const T max_s = row_max(s, n), max_t = row_max(t, n);
+  double sum_s = 0, sum_t = 0, weighted = 0;
+  for (int64_t b = 0; b < n; b += kBlock) {
+    const int64_t e = std::min(n, b + kBlock);
+    T part_s = 0, part_t = 0, part_w = 0;
+#pragma omp simd reduction(+ : part_s, part_t, part_w)
+    for (int64_t j = b; j < e; ++j) {
+      const T sv = s[j], tv = t[j];
+      const T es = vector_exp(inv_t * (sv - max_s)), et = vector_exp(inv_t * (tv - max_t));
+      part_s += es;
+      part_t += et;
+      part_w += kForwardKl ? et * (tv - sv) : -(et * sv);
+      grad[j] = es;
+      t[j] = et;
+    }
+    sum_s += double(part_s);
+    sum_t += double(part_t);
+    weighted += double(part_w);
+  }
+  lse_s = inv_t * max_s + T(std::log(sum_s));
+  lse_t = inv_t * max_t + T(std::log(sum_t));
+  const T rs = T(1.0 / sum_s), rt = T(1.0 / sum_t);
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j) {
+    const T q = grad[j] * rs, p = t[j] * rt;
+    grad[j] = kCe ? kd_c * (q - p) + ce_c * q : kd_c * (q - p);
+  }
+  return T(weighted / sum_t) * inv_t;
+}
+
+template <typename T, bool kForwardKl, bool kCe>
+RETORT_ALWAYS_INLINE void kd_rows_in_place(const LogitRows<T>& x, const DenseKd<T>& kd) {
+  const T inv_t = T(x.inv_temperature);
+  for (int64_t r = 0; r < x.rows; ++r) {
+    const T partial =
+        kd_row_in_place<T, kForwardKl, kCe>(x.s + r * x.s_stride, kd.scratch_t + r * x.t_stride,
+                                            x.cols, inv_t, kd.grad + r * kd.grad_stride, kd.kd_c[r],
+                                            kCe ? kd.ce_c[r] : T(0), kd.lse_s[r], kd.lse_t[r]);
+    if (kd.partial) kd.partial[r] = partial;
+  }
+}
+
 template <typename T, bool kForwardKl, bool kGrad, bool kCe>
 RETORT_ALWAYS_INLINE void kd_rows_as(const LogitRows<T>& x, const DenseKd<T>& kd) {
   const T inv_t = T(x.inv_temperature);
@@ -105,7 +155,11 @@ RETORT_ALWAYS_INLINE void kd_rows_as(const LogitRows<T>& x, const DenseKd<T>& kd
 
 template <typename T, bool kForwardKl>
 RETORT_ALWAYS_INLINE void kd_rows_of_kind(const LogitRows<T>& x, const DenseKd<T>& kd) {
-  if (!kd.grad)
+  if (kd.scratch_t && kd.ce_c)
+    kd_rows_in_place<T, kForwardKl, true>(x, kd);
+  else if (kd.scratch_t)
+    kd_rows_in_place<T, kForwardKl, false>(x, kd);
+  else if (!kd.grad)
     kd_rows_as<T, kForwardKl, false, false>(x, kd);
   else if (kd.ce_c)
     kd_rows_as<T, kForwardKl, true, true>(x, kd);

@@ -36,10 +36,15 @@ void logit_row_stats(const LogitRows<double>& x, double* max_s, double* sum_s, d
 // then). partial may be null when only the gradient is wanted.
 // whole_rows: the slice is the whole vocabulary, lse_s and lse_t are computed here per row
 // (written out) instead of read, and each row is read once for both.
+// scratch_t (whole_rows, with grad): the teacher rows may be overwritten (x.t's rows, as
+// writable), and grad may be x.s itself, the gradient replacing the student's logits. The
+// loop then keeps each exp it forms, two per entry instead of four, and the caller needs no
+// third [rows, cols] buffer.
 template <typename T>
 struct DenseKd {
   bool forward_kl = true;
   bool whole_rows = false;
+  T* scratch_t = nullptr;
   T* lse_s = nullptr;
   T* lse_t = nullptr;
   T* partial = nullptr;

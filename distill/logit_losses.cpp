@@ -143,22 +143,32 @@ kernels::LogitRows<T> logit_rows(const LossSetup& L, const torch::Tensor& sr,
   return x;
 }
 
-// Runs the dense loop on tokens [start, start + len) of the stats (sr, tr are those tokens'
-// rows), rows split across torch's intra-op threads. grad [len, cols] (optional) receives
-// kd_c (q - p) + ce_c q; whole_rows: this rank holds the whole vocabulary, and the loop forms
-// the log-sum-exps itself. Writes st's lse (whole_rows) and per_token (with_partial) through
+// What a run of the dense loop does with tokens [start, start + len) of the statistics.
+enum class LoopPass {
+  gradient,           // reads the saved log-sum-exps, writes the gradient
+  split_forward,      // reads the log-sum-exps (combined over TP), writes each token's term
+  whole_forward,      // this rank holds the whole vocabulary: forms the log-sum-exps too
+  whole_and_gradient  // the same and the gradient, into sr itself (tr is scratch)
+};
+
+// Runs the dense loop over those tokens' rows sr, tr, split across torch's intra-op threads.
+// The gradient (kd_c (q - p) + ce_c q) goes to grad, or to sr with whole_and_gradient, whose
+// caller gives up both chunks of logits. Writes st's log-sum-exps and per-token terms through
 // its tensor handles, so the gradient pass, which writes neither, can pass saved statistics.
-void run_dense_loop(const LossSetup& L, const TokenStats& st, const torch::Tensor& sr,
-                    const torch::Tensor& tr, int64_t start, int64_t len, bool whole_rows,
-                    bool with_partial, torch::Tensor grad = {}, const torch::Tensor& kd_c = {},
+void run_dense_loop(LoopPass pass, const LossSetup& L, const TokenStats& st,
+                    const torch::Tensor& sr, const torch::Tensor& tr, int64_t start, int64_t len,
+                    torch::Tensor grad = {}, const torch::Tensor& kd_c = {},
                     const torch::Tensor& ce_c = {}) {
+  const bool in_place = pass == LoopPass::whole_and_gradient;
+  if (in_place) grad = sr;
   AT_DISPATCH_FLOATING_TYPES(sr.scalar_type(), "dense_logit_loss", [&] {
     kernels::DenseKd<scalar_t> kd;
     kd.forward_kl = L.kind == LogitLoss::forward_kl;
-    kd.whole_rows = whole_rows;
+    kd.whole_rows = pass == LoopPass::whole_forward || in_place;
     scalar_t* lse_s = st.lse_s.data_ptr<scalar_t>() + start;
     scalar_t* lse_t = st.lse_t.data_ptr<scalar_t>() + start;
-    scalar_t* partial = with_partial ? st.per_token.data_ptr<scalar_t>() + start : nullptr;
+    scalar_t* partial =
+        pass == LoopPass::gradient ? nullptr : st.per_token.data_ptr<scalar_t>() + start;
     at::parallel_for(0, len, 4, [&](int64_t b, int64_t e) {
       kernels::DenseKd<scalar_t> rows = kd;
       rows.lse_s = lse_s + b;
@@ -170,6 +180,7 @@ void run_dense_loop(const LossSetup& L, const TokenStats& st, const torch::Tenso
         rows.kd_c = kd_c.data_ptr<scalar_t>() + start + b;
         if (L.with_ce) rows.ce_c = ce_c.data_ptr<scalar_t>() + start + b;
       }
+      if (in_place) rows.scratch_t = tr.data_ptr<scalar_t>() + b * tr.stride(0);
       kernels::dense_kd_rows(logit_rows<scalar_t>(L, sr, tr, b, e), rows);
     });
   });
@@ -212,16 +223,13 @@ void record_target_logits(const LossSetup& L, TokenStats& st, const torch::Tenso
 }
 
 // forward_chunk through the loops (loops_apply): the log-sum-exps (lse_1 is lse_s, T = 1 with
-// the cross-entropy) and each token's partial loss. Alone on the vocabulary (no TP), it can
-// form the gradient in the same pass: grad, kd_c, ce_c as for run_dense_loop.
+// the cross-entropy) and each token's partial loss.
 void forward_chunk_by_loops(const LossSetup& L, TokenStats& st, const torch::Tensor& sr,
-                            const torch::Tensor& tr, int64_t start, int64_t len,
-                            torch::Tensor grad = {}, const torch::Tensor& kd_c = {},
-                            const torch::Tensor& ce_c = {}) {
+                            const torch::Tensor& tr, int64_t start, int64_t len) {
   const bool alone = !L.group || L.group->size() == 1;
-  TORCH_CHECK(alone || !grad.defined(), "the gradient needs the whole-vocabulary statistics");
   if (!alone) split_logsumexps_by_loops(L, st, sr, tr, start, len);
-  run_dense_loop(L, st, sr, tr, start, len, alone, true, grad, kd_c, ce_c);
+  run_dense_loop(alone ? LoopPass::whole_forward : LoopPass::split_forward, L, st, sr, tr, start,
+                 len);
   record_target_logits(L, st, sr, start, len);
 }
 
@@ -282,7 +290,8 @@ void gradient_chunk(const LossSetup& L, const TokenStats& st, torch::Tensor out,
     subtract_target_one_hot(out, c, hit, index);
   };
   if (loops_apply(L, sr, tr)) {  // q and p formed in one pass, from the saved statistics
-    run_dense_loop(L, st, sr, tr, start, len, false, false, out, kd_coefficient, ce_coefficient);
+    run_dense_loop(LoopPass::gradient, L, st, sr, tr, start, len, out, kd_coefficient,
+                   ce_coefficient);
     if (L.with_ce) subtract_one_hot(ce_coefficient.narrow(0, start, len));
     return;
   }
@@ -540,9 +549,13 @@ struct FusedHeadLogitDistillation : torch::autograd::Function<FusedHeadLogitDist
       torch::Tensor tr = torch::matmul(xt.narrow(0, start, len), wtr.t());
       torch::Tensor out;
       const bool alone = !L.group || L.group->size() == 1;
-      if (alone && loops_apply(L, sr, tr) && (want_x || want_w)) {  // loss and gradient at once
-        out = torch::empty({len, L.real}, xs.options());
-        forward_chunk_by_loops(L, st, sr, tr, start, len, out, kd_coefficient, ce_coefficient);
+      if (alone && loops_apply(L, sr, tr) && (want_x || want_w)) {
+        // Loss and gradient in one loop, the gradient replacing the student's logits (their
+        // target logits read first) and the teacher's as scratch: two chunks of [len, real].
+        record_target_logits(L, st, sr, start, len);
+        run_dense_loop(LoopPass::whole_and_gradient, L, st, sr, tr, start, len, {}, kd_coefficient,
+                       ce_coefficient);
+        out = sr;
         if (L.with_ce)
           subtract_target_one_hot(out, ce_coefficient.narrow(0, start, len),
                                   st.hit.narrow(0, start, len),
@@ -568,7 +581,10 @@ struct FusedHeadLogitDistillation : torch::autograd::Function<FusedHeadLogitDist
         out = torch::empty({len, L.real}, xs.options());
         gradient_chunk(L, st, out, sr, tr, kd_coefficient, ce_coefficient, start, len);
       }
-      if (want_x) grad_x.narrow(0, start, len).copy_(torch::matmul(out, wsr));
+      if (want_x) {  // written in place: grad_x rows are contiguous
+        torch::Tensor rows = grad_x.narrow(0, start, len);
+        torch::mm_out(rows, out, wsr);
+      }
       if (want_w) grad_w.narrow(0, 0, L.real).addmm_(out.t(), xs_c);
     }
     torch::Tensor kd = (st.per_token * w).sum() * L.scale;
