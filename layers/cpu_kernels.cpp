@@ -6,8 +6,10 @@
 // SwiGLU loops do not vectorise at all.
 #include "layers/cpu_kernels.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "common/simd_clones.h"
 #include "common/vector_exp.h"
@@ -113,7 +115,56 @@ RETORT_ALWAYS_INLINE void rope_rows(T* __restrict x, const T* __restrict cos,
   }
 }
 
+// Blocks of the exp sum are added in double: a float sum over 32000 entries in 16 lanes would
+// carry about 2000 roundings per lane.
+constexpr int64_t kSumBlock = 512;
+
+template <typename T>
+RETORT_ALWAYS_INLINE void cross_entropy_row_loop(T* z, int64_t rows, int64_t cols, int64_t real,
+                                                 int64_t stride, const int64_t* target, T* max_out,
+                                                 T* sum_out, T* loss, const T* scale) {
+  for (int64_t r = 0; r < rows; ++r) {
+    T* __restrict row = z + r * stride;
+    T m = -std::numeric_limits<T>::infinity();
+#pragma omp simd reduction(max : m)
+    for (int64_t j = 0; j < real; ++j) m = std::max(m, row[j]);
+    const T target_logit = target[r] >= 0 ? row[target[r]] : m;
+    double sum = 0;
+    for (int64_t b = 0; b < real; b += kSumBlock) {
+      const int64_t e = std::min(real, b + kSumBlock);
+      T part = 0;
+#pragma omp simd reduction(+ : part)
+      for (int64_t j = b; j < e; ++j) {
+        const T v = vector_exp(row[j] - m);
+        row[j] = v;
+        part += v;
+      }
+      sum += double(part);
+    }
+    max_out[r] = m;
+    sum_out[r] = T(sum);
+    loss[r] = target[r] >= 0 ? T(std::log(sum)) + m - target_logit : T(0);
+    if (!scale) continue;
+    const T factor = T(double(scale[r]) / sum);
+#pragma omp simd
+    for (int64_t j = 0; j < real; ++j) row[j] *= factor;
+    for (int64_t j = real; j < cols; ++j) row[j] = 0;
+    if (target[r] >= 0) row[target[r]] -= scale[r];
+  }
+}
+
 }  // namespace
+
+RETORT_SIMD_CLONES void cross_entropy_rows(float* z, int64_t rows, int64_t cols, int64_t real,
+                                           int64_t stride, const int64_t* target, float* max_out,
+                                           float* sum_out, float* loss, const float* scale) {
+  cross_entropy_row_loop(z, rows, cols, real, stride, target, max_out, sum_out, loss, scale);
+}
+RETORT_SIMD_CLONES void cross_entropy_rows(double* z, int64_t rows, int64_t cols, int64_t real,
+                                           int64_t stride, const int64_t* target, double* max_out,
+                                           double* sum_out, double* loss, const double* scale) {
+  cross_entropy_row_loop(z, rows, cols, real, stride, target, max_out, sum_out, loss, scale);
+}
 
 RETORT_SIMD_CLONES void rms_norm_forward(const float* x, const float* w, float* y, float* inv_rms,
                                          int64_t rows, int64_t n, double eps) {

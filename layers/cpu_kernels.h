@@ -1,8 +1,8 @@
 // layers/cpu_kernels.h: one-pass CPU loops over contiguous rows for the element-wise parts of
 // a Llama block: RMSNorm forward and backward, SwiGLU forward and backward, rotary embedding
-// applied in place. No torch here: the callers (layers/fused_ops.cpp) split rows across
-// threads and wrap these in autograd functions. Each loop is compiled per ISA and picked at
-// load time (common/simd_clones.h).
+// applied in place, and the LM head's softmax cross-entropy. No torch here: the callers
+// (layers/fused_ops.cpp) split rows across threads and wrap these in autograd functions. Each loop
+// is compiled per ISA and picked at load time (common/simd_clones.h).
 #pragma once
 #include <cstdint>
 
@@ -44,4 +44,17 @@ void rope_rotate(double* x, const double* cos, const double* sin, int64_t row_be
                  int64_t row_end, int64_t row_stride, int64_t seq_len, int64_t heads, int64_t d,
                  bool inverse);
 
+// Softmax cross-entropy of rows of logits z alone on the vocabulary (no TP split), in place:
+// rows of `cols` values, row r at z + r * stride, of which [0, real) are real and the rest
+// padding. Per row: max_out[r], sum_out[r] = sum over real columns of exp(z - max), and
+// loss[r] = log(sum) + max - z[target[r]] (target -1: no target, loss 0). With `scale`
+// non-null, z becomes the gradient scale[r] * (softmax - onehot(target)), padding 0;
+// otherwise z is left holding exp(z - max) on the real columns. The row is read once for the
+// max and once for the rest, while it sits in cache.
+void cross_entropy_rows(float* z, int64_t rows, int64_t cols, int64_t real, int64_t stride,
+                        const int64_t* target, float* max_out, float* sum_out, float* loss,
+                        const float* scale);
+void cross_entropy_rows(double* z, int64_t rows, int64_t cols, int64_t real, int64_t stride,
+                        const int64_t* target, double* max_out, double* sum_out, double* loss,
+                        const double* scale);
 }  // namespace retort::layers::kernels

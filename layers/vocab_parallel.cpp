@@ -1,7 +1,12 @@
 // layers/vocab_parallel.cpp: see vocab_parallel.h.
 #include "layers/vocab_parallel.h"
 
+#include <ATen/Parallel.h>
+
+#include <algorithm>
 #include <limits>
+
+#include "layers/cpu_kernels.h"
 
 namespace retort::layers {
 namespace {
@@ -85,10 +90,42 @@ FusedHeadResult fused_head_forward(const torch::Tensor& x2d, const torch::Tensor
     r.max = torch::empty({n}, x2d.options());
     r.sum_exp = torch::empty({n}, x2d.options());
   }
+  // Alone on the vocabulary, the softmax and its gradient are one loop per row
+  // (kernels::cross_entropy_rows). The streamed form keeps the torch steps: its backward forms
+  // the softmax again with them and must meet the same values.
+  const bool loops = (!group || group->size() == 1) && !want_stats && x2d.device().is_cpu() &&
+                     (x2d.scalar_type() == torch::kFloat || x2d.scalar_type() == torch::kDouble);
+  const int64_t real = std::clamp<int64_t>(vocab_size - vocab_start, 0, local);
   for (int64_t start = 0; start < n; start += chunk) {
     const int64_t len = std::min(chunk, n - start);
     torch::Tensor xc = x2d.narrow(0, start, len), tc = t.narrow(0, start, len);
     torch::Tensor z = torch::matmul(xc, weight.t());  // [len, local], reused in place below
+    if (loops) {
+      const bool want_grad = want_x || want_weight;
+      torch::Tensor keep = tc.ne(kIgnore).to(z.dtype()).contiguous();
+      torch::Tensor index =
+          torch::where(tc.ne(kIgnore), tc - vocab_start, torch::full_like(tc, -1)).contiguous();
+      torch::Tensor max = torch::empty({len}, z.options()), sum = torch::empty_like(max);
+      torch::Tensor loss = torch::empty_like(max);
+      AT_DISPATCH_FLOATING_TYPES(z.scalar_type(), "cross_entropy_rows", [&] {
+        scalar_t* zp = z.data_ptr<scalar_t>();
+        const int64_t stride = z.stride(0);
+        at::parallel_for(0, len, 4, [&](int64_t b, int64_t e) {
+          kernels::cross_entropy_rows(zp + b * stride, e - b, local, real, stride,
+                                      index.data_ptr<int64_t>() + b, max.data_ptr<scalar_t>() + b,
+                                      sum.data_ptr<scalar_t>() + b, loss.data_ptr<scalar_t>() + b,
+                                      want_grad ? keep.data_ptr<scalar_t>() + b : nullptr);
+        });
+      });
+      r.loss_sum += loss.sum();
+      if (!want_grad) continue;
+      if (want_x) {  // written in place: grad_x rows are contiguous
+        torch::Tensor rows = r.grad_x.narrow(0, start, len);
+        torch::mm_out(rows, z, weight);
+      }
+      if (want_weight) r.grad_weight.addmm_(z.t(), xc);
+      continue;
+    }
     if (any_padded) z.masked_fill_(padded, -std::numeric_limits<double>::infinity());
     torch::Tensor max = std::get<0>(z.max(-1)).contiguous();
     all_reduce(max, group, parallel::ReduceOp::Max);

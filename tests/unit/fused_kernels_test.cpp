@@ -12,6 +12,7 @@
 #include "layers/blocked_attention.h"
 #include "layers/functional.h"
 #include "layers/fused_ops.h"
+#include "layers/vocab_parallel.h"
 
 using namespace retort::layers;
 
@@ -220,4 +221,35 @@ TEST(BlockedAttention, NeverHoldsASequenceSquaredTensor) {
   EXPECT_LE(blocked_kept, output_bytes + lse_bytes);
   EXPECT_LT(blocked_peak, scores_bytes / 4);
   EXPECT_GE(dense_kept, scores_bytes);
+}
+
+// The fused LM head's cross-entropy alone on the vocabulary runs one loop per row
+// (kernels::cross_entropy_rows): against F::cross_entropy on materialised float64 logits,
+// with a vocabulary of several of the loop's 512-entry sum blocks and a partial one, padded
+// weight rows (which must get no gradient), an ignored target and chunks that split the tokens
+// unevenly: the loss and the gradients of the input and the weight.
+TEST(FusedKernels, HeadCrossEntropyMatchesMaterialisedLogits) {
+  torch::manual_seed(21);
+  const int64_t tokens = 37, hidden = 16, vocab = 1100, padded = 1120;
+  torch::Tensor x = torch::randn({tokens, hidden}, torch::kDouble);
+  torch::Tensor weight = torch::randn({padded, hidden}, torch::kDouble) * 0.7;
+  torch::Tensor targets = torch::randint(vocab, {tokens}, torch::kLong);
+  const int64_t kIgnoreIndex = -100;  // the LM loss's ignored target (layers/model.h)
+  targets[5] = kIgnoreIndex;
+  auto fused = [&](const std::vector<torch::Tensor>& in) {
+    return fused_head_cross_entropy_sum(in[0], in[1], targets, vocab, TensorParallel{},
+                                        /*chunk_tokens=*/8);
+  };
+  auto reference = [&](const std::vector<torch::Tensor>& in) {
+    torch::Tensor logits = torch::matmul(in[0], in[1].t()).narrow(1, 0, vocab);
+    return torch::nn::functional::cross_entropy(logits, targets,
+                                                torch::nn::functional::CrossEntropyFuncOptions()
+                                                    .reduction(torch::kSum)
+                                                    .ignore_index(kIgnoreIndex));
+  };
+  torch::Tensor seed = torch::tensor(0.75, torch::kDouble);
+  expect_match(fused, reference, {x, weight}, seed, torch::kDouble, kFloat64Tol);
+  expect_match(fused, reference, {x, weight}, seed, torch::kFloat, kFloat32Tol);
+  Outcome got = run(fused, {x.to(torch::kFloat), weight.to(torch::kFloat)}, seed.to(torch::kFloat));
+  EXPECT_EQ(got.grads[1].narrow(0, vocab, padded - vocab).abs().max().item<double>(), 0.0);
 }
