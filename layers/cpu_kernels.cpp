@@ -145,9 +145,24 @@ RETORT_ALWAYS_INLINE void cross_entropy_row_loop(T* z, int64_t rows, int64_t col
     sum_out[r] = T(sum);
     loss[r] = target[r] >= 0 ? T(std::log(sum)) + m - target_logit : T(0);
     if (!scale) continue;
-    const T factor = T(double(scale[r]) / sum);
+    // As softmax_gradient_rows forms it again from the saved max and sum, bit for bit.
+    const T factor = scale[r] / sum_out[r];
 #pragma omp simd
     for (int64_t j = 0; j < real; ++j) row[j] *= factor;
+    for (int64_t j = real; j < cols; ++j) row[j] = 0;
+    if (target[r] >= 0) row[target[r]] -= scale[r];
+  }
+}
+
+template <typename T>
+RETORT_ALWAYS_INLINE void softmax_gradient_row_loop(T* z, int64_t rows, int64_t cols, int64_t real,
+                                                    int64_t stride, const T* max, const T* sum,
+                                                    const T* scale, const int64_t* target) {
+  for (int64_t r = 0; r < rows; ++r) {
+    T* __restrict row = z + r * stride;
+    const T m = max[r], factor = scale[r] / sum[r];
+#pragma omp simd
+    for (int64_t j = 0; j < real; ++j) row[j] = vector_exp(row[j] - m) * factor;
     for (int64_t j = real; j < cols; ++j) row[j] = 0;
     if (target[r] >= 0) row[target[r]] -= scale[r];
   }
@@ -166,6 +181,16 @@ RETORT_SIMD_CLONES void cross_entropy_rows(double* z, int64_t rows, int64_t cols
   cross_entropy_row_loop(z, rows, cols, real, stride, target, max_out, sum_out, loss, scale);
 }
 
+RETORT_SIMD_CLONES void softmax_gradient_rows(float* z, int64_t rows, int64_t cols, int64_t real,
+                                              int64_t stride, const float* max, const float* sum,
+                                              const float* scale, const int64_t* target) {
+  softmax_gradient_row_loop(z, rows, cols, real, stride, max, sum, scale, target);
+}
+RETORT_SIMD_CLONES void softmax_gradient_rows(double* z, int64_t rows, int64_t cols, int64_t real,
+                                              int64_t stride, const double* max, const double* sum,
+                                              const double* scale, const int64_t* target) {
+  softmax_gradient_row_loop(z, rows, cols, real, stride, max, sum, scale, target);
+}
 RETORT_SIMD_CLONES void rms_norm_forward(const float* x, const float* w, float* y, float* inv_rms,
                                          int64_t rows, int64_t n, double eps) {
   rms_forward_rows(x, w, y, inv_rms, rows, n, eps);

@@ -57,4 +57,14 @@ void cross_entropy_rows(float* z, int64_t rows, int64_t cols, int64_t real, int6
 void cross_entropy_rows(double* z, int64_t rows, int64_t cols, int64_t real, int64_t stride,
                         const int64_t* target, double* max_out, double* sum_out, double* loss,
                         const double* scale);
+// The gradient cross_entropy_rows forms, formed again from logits z and each row's saved max
+// and sum (for a block of vocabulary columns: `real` of its `cols` are real, target the
+// column within the block or -1), with the same operations, so the values are the same bit
+// for bit: z = scale * exp(z - max) / sum - scale * onehot(target), padding 0.
+void softmax_gradient_rows(float* z, int64_t rows, int64_t cols, int64_t real, int64_t stride,
+                           const float* max, const float* sum, const float* scale,
+                           const int64_t* target);
+void softmax_gradient_rows(double* z, int64_t rows, int64_t cols, int64_t real, int64_t stride,
+                           const double* max, const double* sum, const double* scale,
+                           const int64_t* target);
 }  // namespace retort::layers::kernels

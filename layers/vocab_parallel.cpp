@@ -68,6 +68,13 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
   }
 };
 
+// The fused head's element-wise steps run as row loops (layers/cpu_kernels.h) for CPU float
+// and double alone on the vocabulary, else as torch ops combined over the TP group.
+bool row_loops_apply(const torch::Tensor& x, parallel::Communicator* group) {
+  return (!group || group->size() == 1) && x.device().is_cpu() &&
+         (x.scalar_type() == torch::kFloat || x.scalar_type() == torch::kDouble);
+}
+
 // The fused head: the loss, and when asked the gradients for a unit upstream gradient.
 struct FusedHeadResult {
   torch::Tensor loss_sum, grad_x, grad_weight;
@@ -91,10 +98,9 @@ FusedHeadResult fused_head_forward(const torch::Tensor& x2d, const torch::Tensor
     r.sum_exp = torch::empty({n}, x2d.options());
   }
   // Alone on the vocabulary, the softmax and its gradient are one loop per row
-  // (kernels::cross_entropy_rows). The streamed form keeps the torch steps: its backward forms
-  // the softmax again with them and must meet the same values.
-  const bool loops = (!group || group->size() == 1) && !want_stats && x2d.device().is_cpu() &&
-                     (x2d.scalar_type() == torch::kFloat || x2d.scalar_type() == torch::kDouble);
+  // (kernels::cross_entropy_rows); the streamed form's backward forms the same gradient again
+  // with kernels::softmax_gradient_rows.
+  const bool loops = row_loops_apply(x2d, group);
   const int64_t real = std::clamp<int64_t>(vocab_size - vocab_start, 0, local);
   for (int64_t start = 0; start < n; start += chunk) {
     const int64_t len = std::min(chunk, n - start);
@@ -118,6 +124,10 @@ FusedHeadResult fused_head_forward(const torch::Tensor& x2d, const torch::Tensor
         });
       });
       r.loss_sum += loss.sum();
+      if (want_stats) {
+        r.max.narrow(0, start, len).copy_(max);
+        r.sum_exp.narrow(0, start, len).copy_(sum);
+      }
       if (!want_grad) continue;
       if (want_x) {  // written in place: grad_x rows are contiguous
         torch::Tensor rows = r.grad_x.narrow(0, start, len);
@@ -195,6 +205,7 @@ struct StreamedHeadCrossEntropy : torch::autograd::Function<StreamedHeadCrossEnt
     ctx->saved_data["vocab_size"] = vocab_size;
     ctx->saved_data["chunk"] = chunk;
     ctx->saved_data["sink"] = reinterpret_cast<int64_t>(sink);
+    ctx->saved_data["loops"] = row_loops_apply(x2d, group);
     return r.loss_sum;
   }
 
@@ -207,6 +218,7 @@ struct StreamedHeadCrossEntropy : torch::autograd::Function<StreamedHeadCrossEnt
     const int64_t vocab_size = ctx->saved_data["vocab_size"].toInt();
     const int64_t chunk = ctx->saved_data["chunk"].toInt();
     auto* sink = reinterpret_cast<HeadGradSink*>(ctx->saved_data["sink"].toInt());
+    const bool loops = ctx->saved_data["loops"].toBool();
     torch::NoGradGuard no_grad;
     const int64_t n = x2d.size(0), local = weight.size(0);
     const int64_t block = std::max<int64_t>(1, sink->block_rows(local));
@@ -222,6 +234,26 @@ struct StreamedHeadCrossEntropy : torch::autograd::Function<StreamedHeadCrossEnt
         torch::Tensor xc = x2d.narrow(0, start, len), tc = t.narrow(0, start, len);
         torch::Tensor kc = keep.narrow(0, start, len);
         torch::Tensor z = torch::matmul(xc, w.t());
+        if (loops) {  // as the forward's loop formed it
+          torch::Tensor in_block = (tc >= first_id) & (tc < first_id + rows) & tc.ne(kIgnore);
+          torch::Tensor index =
+              torch::where(in_block, tc - first_id, torch::full_like(tc, -1)).contiguous();
+          torch::Tensor scale = kc.contiguous();
+          const int64_t real = std::clamp<int64_t>(vocab_size - first_id, 0, rows);
+          AT_DISPATCH_FLOATING_TYPES(z.scalar_type(), "softmax_gradient_rows", [&] {
+            const int64_t stride = z.stride(0);
+            scalar_t* zp = z.data_ptr<scalar_t>();
+            const scalar_t* mp = max.data_ptr<scalar_t>() + start;
+            const scalar_t* sp = sum_exp.data_ptr<scalar_t>() + start;
+            at::parallel_for(0, len, 4, [&](int64_t b, int64_t e) {
+              kernels::softmax_gradient_rows(zp + b * stride, e - b, rows, real, stride, mp + b,
+                                             sp + b, scale.data_ptr<scalar_t>() + b,
+                                             index.data_ptr<int64_t>() + b);
+            });
+          });
+          grad.addmm_(z.t(), xc);
+          continue;
+        }
         if (any_padded) z.masked_fill_(padded, -std::numeric_limits<double>::infinity());
         z.sub_(max.narrow(0, start, len).unsqueeze(-1)).exp_();
         z.div_(sum_exp.narrow(0, start, len).unsqueeze(-1)).mul_(kc.unsqueeze(-1));
