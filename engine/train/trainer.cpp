@@ -10,6 +10,7 @@
 #include "common/fault_injection.h"
 #include "common/user_error.h"
 #include "engine/data/batches.h"
+#include "engine/hf/hf_model.h"
 #include "engine/observe/gemm_peak.h"
 #include "engine/observe/memory_tracker.h"
 #include "engine/observe/metrics.h"
@@ -133,8 +134,12 @@ Trainer::~Trainer() = default;
 void Trainer::initialise_student() {
   const ParamPolicy& policy = config_.params;
   if (policy.init_from.empty()) return;
-  const std::string path = resolve_checkpoint(policy.init_from);
-  load_checkpoint(path, mesh_, *store_, nullptr);  // parameters only, strictly
+  const bool hf = hf::is_hf_model_dir(policy.init_from);
+  const std::string path = hf ? policy.init_from : resolve_checkpoint(policy.init_from);
+  if (hf)  // a Hugging Face directory; its shapes must be the student's
+    hf::load_hf_parameters(path, hf::read_hf_config(path), *store_, tp_);
+  else
+    load_checkpoint(path, mesh_, *store_, nullptr);  // parameters only, strictly
   torch::NoGradGuard no_grad;
   // Parameters reset per pattern; summed over pipeline stages, which hold different ones.
   torch::Tensor matched = torch::zeros({int64_t(policy.init_reset.size()) + 1}, torch::kLong);
@@ -166,10 +171,14 @@ void Trainer::build_distiller() {
   if (!d.enabled) return;
   layers::ModelConfig teacher_model = d.teacher;
   std::string teacher_path;
+  const bool hf_teacher = hf::is_hf_model_dir(d.keys.checkpoint);
   if (!d.keys.checkpoint.empty()) {
-    teacher_path = resolve_checkpoint(d.keys.checkpoint);
-    // Without explicit teacher sizes, the checkpoint's own model description decides.
-    if (!d.teacher_shape_given)
+    teacher_path = hf_teacher ? d.keys.checkpoint : resolve_checkpoint(d.keys.checkpoint);
+    // Without explicit teacher sizes, the checkpoint's own model description decides (a
+    // Hugging Face directory's config.json).
+    if (hf_teacher && !d.teacher_shape_given)
+      teacher_model = hf::read_hf_config(teacher_path);
+    else if (!d.teacher_shape_given)
       if (auto stored = read_checkpoint_model(teacher_path)) teacher_model = *stored;
     const parallel::Layout& l = config_.layout;
     parallel::resolve_layout(
@@ -201,7 +210,10 @@ void Trainer::build_distiller() {
     teacher_ =
         std::make_unique<distill::Teacher>(teacher_model, d.keys.seed, dtype_, tp_, teacher_stage);
   }
-  if (!teacher_path.empty()) load_checkpoint(teacher_path, mesh_, teacher_->parameters(), nullptr);
+  if (hf_teacher)
+    hf::load_hf_parameters(teacher_path, teacher_model, teacher_->parameters(), tp_);
+  else if (!teacher_path.empty())
+    load_checkpoint(teacher_path, mesh_, teacher_->parameters(), nullptr);
   MemoryScope projections(MemoryCategory::parameters);
   distiller_ = std::make_unique<distill::Distiller>(objective, *teacher_, config_.model, *store_,
                                                     tp_, stage());

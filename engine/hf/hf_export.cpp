@@ -1,0 +1,137 @@
+// engine/hf/hf_export.cpp: see hf_export.h.
+#include "engine/hf/hf_export.h"
+
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "common/user_error.h"
+#include "engine/checkpoint/checkpoint.h"
+#include "engine/checkpoint/h5_tensors.h"
+#include "engine/hf/hf_model.h"
+#include "layers/model.h"
+#include "parallel/mesh.h"
+
+namespace fs = std::filesystem;
+
+namespace retort::hf {
+namespace {
+
+torch::ScalarType torch_dtype_of(StDtype dtype) {
+  switch (dtype) {
+    case StDtype::BF16:
+      return torch::kBFloat16;
+    case StDtype::F16:
+      return torch::kHalf;
+    case StDtype::F32:
+      return torch::kFloat;
+    default:
+      throw UserError("export dtype must be F32, BF16 or F16");
+  }
+}
+
+// Our names in the order Hugging Face writes them: embedding, layers by index, final norm,
+// head.
+std::vector<std::string> export_order(std::vector<std::string> names) {
+  auto rank = [](const std::string& n) -> std::pair<int64_t, std::string> {
+    if (n == "embed.weight") return {-1, n};
+    if (n.rfind("layers.", 0) == 0) return {std::stoll(n.substr(7)), n};
+    return {1 << 30, n};
+  };
+  std::sort(names.begin(), names.end(),
+            [&](const std::string& a, const std::string& b) { return rank(a) < rank(b); });
+  return names;
+}
+
+void write_text(const fs::path& path, const std::string& text) {
+  {
+    std::ofstream out(path.string() + ".partial");
+    out << text;
+    if (!out) throw UserError("cannot write '" + path.string() + "'");
+  }
+  fs::rename(path.string() + ".partial", path);
+}
+
+}  // namespace
+
+void export_hf(const std::string& checkpoint, const std::string& out_dir,
+               const ExportOptions& options) {
+  const std::optional<layers::ModelConfig> config = engine::read_checkpoint_model(checkpoint);
+  if (!config)
+    throw UserError("'" + checkpoint + "' has no model description (/model/config_json)");
+  const torch::ScalarType dtype = torch_dtype_of(options.dtype);
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  engine::H5Handle file{H5Fopen(checkpoint.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose};
+  if (file.id < 0) throw UserError("'" + checkpoint + "' is not a readable HDF5 checkpoint");
+
+  // The tensors, their Hugging Face names and shapes, grouped into shards by size.
+  struct Item {
+    std::string ours, theirs;
+    std::vector<int64_t> shape;
+  };
+  std::vector<std::vector<Item>> shards(1);
+  uint64_t shard_size = 0, total = 0;
+  for (const std::string& ours : export_order(engine::h5_children(file.id, "/params"))) {
+    const std::optional<std::string> theirs = hf_name(ours);
+    if (!theirs) continue;  // a distillation projection: not part of the model
+    Item item{ours, *theirs, {}};
+    {
+      torch::Tensor t =
+          engine::h5_read_tensor(file.id, checkpoint, "/params/" + ours, {}, torch::kFloat);
+      item.shape = t.sizes().vec();
+    }
+    const uint64_t bytes = uint64_t(torch::elementSize(dtype)) *
+                           uint64_t(std::accumulate(item.shape.begin(), item.shape.end(),
+                                                    int64_t(1), std::multiplies<int64_t>()));
+    if (shard_size > 0 && shard_size + bytes > options.shard_bytes) {
+      shards.emplace_back();
+      shard_size = 0;
+    }
+    shards.back().push_back(item);
+    shard_size += bytes;
+    total += bytes;
+  }
+  fs::create_directories(out_dir);
+  nlohmann::json weight_map = nlohmann::json::object();
+  for (size_t s = 0; s < shards.size(); ++s) {
+    char name[64];
+    std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", s + 1, shards.size());
+    const std::string file_name = shards.size() == 1 ? "model.safetensors" : name;
+    std::vector<SafetensorsWriter::Entry> entries;
+    for (const Item& item : shards[s]) entries.push_back({item.theirs, options.dtype, item.shape});
+    SafetensorsWriter writer((fs::path(out_dir) / file_name).string(), entries, {{"format", "pt"}});
+    for (const Item& item : shards[s]) {
+      torch::Tensor t = engine::h5_read_tensor(file.id, checkpoint, "/params/" + item.ours,
+                                               item.shape, torch::kFloat)
+                            .to(dtype)
+                            .contiguous();
+      writer.write(item.theirs, t.data_ptr(), size_t(t.numel() * t.element_size()));
+      weight_map[item.theirs] = file_name;
+    }
+    writer.finish();
+  }
+  if (shards.size() > 1) {
+    nlohmann::json index;
+    index["metadata"]["total_size"] = total;
+    index["weight_map"] = weight_map;
+    write_text(fs::path(out_dir) / "model.safetensors.index.json", index.dump(2) + "\n");
+  }
+  write_text(fs::path(out_dir) / "config.json", hf_config_json(*config));
+}
+
+void import_hf(const std::string& hf_dir, const std::string& checkpoint) {
+  if (!is_hf_model_dir(hf_dir)) throw UserError("'" + hf_dir + "' has no config.json");
+  const layers::ModelConfig config = read_hf_config(hf_dir);
+  std::unique_ptr<parallel::Mesh> mesh = parallel::Mesh::single_process();
+  layers::ParameterStore store(0, torch::kFloat);
+  layers::LlamaModel model(config, store);
+  load_hf_parameters(hf_dir, config, store, {});
+  engine::TrainingProgress progress;
+  progress.model_json = engine::model_config_json(config);
+  engine::save_checkpoint(checkpoint, *mesh, store, nullptr, nullptr, progress);
+}
+
+}  // namespace retort::hf

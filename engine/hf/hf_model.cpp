@@ -1,0 +1,273 @@
+// engine/hf/hf_model.cpp: see hf_model.h.
+#include "engine/hf/hf_model.h"
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "common/user_error.h"
+#include "layers/sharding.h"
+
+namespace fs = std::filesystem;
+
+namespace retort::hf {
+namespace {
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw UserError("cannot read '" + path + "'");
+  std::stringstream text;
+  text << in.rdbuf();
+  nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, false);
+  if (j.is_discarded() || !j.is_object()) throw UserError("'" + path + "' is not a JSON object");
+  return j;
+}
+
+template <typename T>
+T get_key(const nlohmann::json& j, const std::string& key, const std::string& source) {
+  if (!j.contains(key) || j[key].is_null())
+    throw UserError("'" + source + "': key '" + key + "' is missing");
+  try {
+    return j[key].get<T>();
+  } catch (const nlohmann::json::exception&) {
+    throw UserError("'" + source + "': key '" + key + "' has the wrong type");
+  }
+}
+
+template <typename T>
+T get_or(const nlohmann::json& j, const std::string& key, T fallback, const std::string& source) {
+  return j.contains(key) && !j[key].is_null() ? get_key<T>(j, key, source) : fallback;
+}
+
+torch::ScalarType torch_dtype(StDtype dtype) {
+  switch (dtype) {
+    case StDtype::F64:
+      return torch::kDouble;
+    case StDtype::F32:
+      return torch::kFloat;
+    case StDtype::F16:
+      return torch::kHalf;
+    case StDtype::BF16:
+      return torch::kBFloat16;
+    default:
+      return torch::kByte;  // not a weight dtype: refused by read()
+  }
+}
+
+}  // namespace
+
+bool is_hf_model_dir(const std::string& path) {
+  return fs::is_directory(path) && fs::is_regular_file(fs::path(path) / "config.json");
+}
+
+layers::ModelConfig read_hf_config(const std::string& dir) {
+  const std::string source = (fs::path(dir) / "config.json").string();
+  const nlohmann::json j = read_json(source);
+  const std::string type = get_key<std::string>(j, "model_type", source);
+  if (type != "llama" && type != "mistral" && type != "qwen2")
+    throw UserError("'" + source + "': model_type '" + type +
+                    "' is not one Retort reads (llama, mistral, qwen2)");
+  const std::string act = get_or<std::string>(j, "hidden_act", "silu", source);
+  if (act != "silu") throw UserError("'" + source + "': hidden_act '" + act + "' (only silu)");
+  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
+    throw UserError("'" + source + "': rope_scaling is not supported (plain RoPE only)");
+  if (get_or<bool>(j, "mlp_bias", false, source))
+    throw UserError("'" + source + "': mlp_bias is not supported");
+  layers::ModelConfig c;
+  c.vocab_size = get_key<int64_t>(j, "vocab_size", source);
+  c.hidden = get_key<int64_t>(j, "hidden_size", source);
+  c.layers = get_key<int64_t>(j, "num_hidden_layers", source);
+  c.heads = get_key<int64_t>(j, "num_attention_heads", source);
+  c.kv_heads = get_or<int64_t>(j, "num_key_value_heads", c.heads, source);
+  c.ffn_hidden = get_key<int64_t>(j, "intermediate_size", source);
+  c.rope_theta = get_or<double>(j, "rope_theta", 10000.0, source);
+  c.norm_eps = get_or<double>(j, "rms_norm_eps", 1e-6, source);
+  c.tied_embeddings = get_or<bool>(j, "tie_word_embeddings", false, source);
+  if (c.heads <= 0 || c.hidden % c.heads != 0)
+    throw UserError("'" + source + "': hidden_size is not a multiple of num_attention_heads");
+  if (get_or<int64_t>(j, "head_dim", c.hidden / c.heads, source) != c.hidden / c.heads)
+    throw UserError("'" + source + "': head_dim other than hidden_size / num_attention_heads");
+  if (c.kv_heads <= 0 || c.heads % c.kv_heads != 0)
+    throw UserError("'" + source + "': num_key_value_heads does not divide num_attention_heads");
+  if (type == "qwen2") {
+    c.qkv_bias = true;  // Qwen2 biases q, k and v (not o)
+    if (get_or<bool>(j, "use_sliding_window", false, source))
+      throw UserError("'" + source +
+                      "': use_sliding_window (Qwen2's per-layer windows) is "
+                      "not supported");
+  } else if (get_or<bool>(j, "attention_bias", false, source)) {
+    throw UserError("'" + source + "': attention_bias also biases o_proj, which Retort lacks");
+  }
+  if (type == "mistral") c.sliding_window = get_or<int64_t>(j, "sliding_window", 0, source);
+  return c;
+}
+
+std::string hf_config_json(const layers::ModelConfig& c) {
+  if (!c.layer_windows.empty())
+    throw UserError("model.layer_windows: per-layer windows have no Hugging Face Llama config");
+  nlohmann::json j;
+  const std::string type = c.qkv_bias ? "qwen2" : c.sliding_window > 0 ? "mistral" : "llama";
+  if (c.qkv_bias && c.sliding_window > 0)
+    throw UserError("model.qkv_bias with model.sliding_window has no Hugging Face config");
+  static const std::map<std::string, std::string> arch = {{"llama", "LlamaForCausalLM"},
+                                                          {"mistral", "MistralForCausalLM"},
+                                                          {"qwen2", "Qwen2ForCausalLM"}};
+  j["architectures"] = {arch.at(type)};
+  j["model_type"] = type;
+  j["vocab_size"] = c.vocab_size;
+  j["hidden_size"] = c.hidden;
+  j["num_hidden_layers"] = c.layers;
+  j["num_attention_heads"] = c.heads;
+  j["num_key_value_heads"] = c.kv_heads;
+  j["intermediate_size"] = c.ffn_hidden;
+  j["rope_theta"] = c.rope_theta;
+  j["rms_norm_eps"] = c.norm_eps;
+  j["tie_word_embeddings"] = c.tied_embeddings;
+  j["hidden_act"] = "silu";
+  j["torch_dtype"] = "float32";
+  if (type == "llama") j["attention_bias"] = false;
+  if (type == "mistral") j["sliding_window"] = c.sliding_window;
+  return j.dump(2) + "\n";
+}
+
+std::optional<std::string> hf_name(const std::string& ours) {
+  static const std::map<std::string, std::string> top = {
+      {"embed.weight", "model.embed_tokens.weight"},
+      {"final_norm.weight", "model.norm.weight"},
+      {"lm_head.weight", "lm_head.weight"}};
+  if (auto it = top.find(ours); it != top.end()) return it->second;
+  static const std::regex layer(R"(layers\.(\d+)\.(.+))");
+  static const std::map<std::string, std::string> inner = {
+      {"attn_norm.weight", "input_layernorm.weight"},
+      {"mlp_norm.weight", "post_attention_layernorm.weight"}};
+  std::smatch m;
+  if (!std::regex_match(ours, m, layer)) return std::nullopt;
+  const std::string prefix = "model.layers." + m[1].str() + ".", rest = m[2].str();
+  if (auto it = inner.find(rest); it != inner.end()) return prefix + it->second;
+  if (rest.rfind("attn.", 0) == 0) return prefix + "self_attn." + rest.substr(5);
+  if (rest.rfind("mlp.", 0) == 0) return prefix + rest;
+  return std::nullopt;
+}
+
+HfWeights::HfWeights(const std::string& dir) : dir_(dir) {
+  const fs::path single = fs::path(dir) / "model.safetensors";
+  const fs::path index = fs::path(dir) / "model.safetensors.index.json";
+  std::vector<std::string> files;
+  if (fs::is_regular_file(index)) {
+    const nlohmann::json j = read_json(index.string());
+    if (!j.contains("weight_map") || !j["weight_map"].is_object())
+      throw UserError("'" + index.string() + "': no weight_map object");
+    std::set<std::string> unique;
+    for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+      if (!it.value().is_string())
+        throw UserError("'" + index.string() + "': weight_map entry '" + it.key() +
+                        "' is not a file name");
+      const std::string file = it.value().get<std::string>();
+      if (file.find('/') != std::string::npos || file == "..")
+        throw UserError("'" + index.string() + "': file '" + file + "' is not in the directory");
+      unique.insert(file);
+    }
+    files.assign(unique.begin(), unique.end());
+  } else if (fs::is_regular_file(single)) {
+    files.push_back("model.safetensors");
+  } else {
+    throw UserError("'" + dir + "': neither model.safetensors nor model.safetensors.index.json");
+  }
+  for (const std::string& file : files) {
+    files_.push_back(std::make_unique<SafetensorsFile>((fs::path(dir) / file).string()));
+    for (const StTensor& t : files_.back()->header().tensors) {
+      if (file_of_.count(t.name))
+        throw UserError("'" + dir + "': tensor '" + t.name + "' is in two files");
+      file_of_[t.name] = files_.size() - 1;
+    }
+  }
+}
+
+const StTensor* HfWeights::find(const std::string& name) const {
+  auto it = file_of_.find(name);
+  return it == file_of_.end() ? nullptr : files_[it->second]->find(name);
+}
+
+std::vector<std::string> HfWeights::names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, file] : file_of_) out.push_back(name);
+  return out;
+}
+
+torch::Tensor HfWeights::read(const std::string& name, torch::ScalarType dtype) const {
+  auto it = file_of_.find(name);
+  if (it == file_of_.end()) throw UserError("'" + dir_ + "': tensor '" + name + "' is missing");
+  const SafetensorsFile& file = *files_[it->second];
+  const StTensor& t = *file.find(name);
+  const torch::ScalarType stored = torch_dtype(t.dtype);
+  if (stored == torch::kByte)
+    throw UserError("'" + file.path() + "': tensor '" + name + "' has dtype " +
+                    dtype_name(t.dtype) + ", not a floating-point weight");
+  // Copied out of the mapping (its bytes need not be aligned for the dtype), then converted.
+  torch::Tensor raw = torch::empty(t.shape, torch::dtype(stored));
+  std::memcpy(raw.data_ptr(), file.bytes(t), t.end - t.begin);
+  return raw.to(dtype);
+}
+
+namespace {
+
+// The Hugging Face names of every weight of a model of this shape (all layers, whichever
+// stage is loading).
+std::set<std::string> model_hf_names(const layers::ModelConfig& c) {
+  std::set<std::string> names = {"model.embed_tokens.weight", "model.norm.weight"};
+  if (!c.tied_embeddings) names.insert("lm_head.weight");
+  for (int64_t i = 0; i < c.layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    for (const char* n :
+         {"input_layernorm.weight", "post_attention_layernorm.weight", "self_attn.q_proj.weight",
+          "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight",
+          "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"})
+      names.insert(p + n);
+    if (c.qkv_bias)
+      for (const char* n :
+           {"self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"})
+        names.insert(p + n);
+  }
+  return names;
+}
+
+}  // namespace
+
+void load_hf_parameters(const std::string& dir, const layers::ModelConfig& config,
+                        layers::ParameterStore& store, const layers::TensorParallel& tp) {
+  const HfWeights weights(dir);
+  // Strict both ways: a tensor this model has no place for means the wrong model or config.
+  // Old exports carry RoPE's inv_freq buffers, and tied models sometimes a copy of the head.
+  const std::set<std::string> expected = model_hf_names(config);
+  for (const std::string& name : weights.names()) {
+    const bool ignorable = name.find("rotary_emb.inv_freq") != std::string::npos ||
+                           (config.tied_embeddings && name == "lm_head.weight");
+    if (!expected.count(name) && !ignorable)
+      throw UserError("'" + dir + "': tensor '" + name + "' has no place in this model");
+  }
+  torch::NoGradGuard no_grad;
+  for (layers::Parameter& p : store.all()) {
+    // A tied head (and a pipeline stage's tied copy) is the embedding.
+    const std::string ours = p.spec.tied_copy ? "embed.weight" : p.spec.name;
+    const std::optional<std::string> name = hf_name(ours);
+    if (!name) continue;  // not a model weight (a distillation projection)
+    const StTensor* entry = weights.find(*name);
+    if (!entry)
+      throw UserError("'" + dir + "': tensor '" + *name + "' (our " + ours + ") is missing");
+    if (entry->shape != p.spec.shape) {
+      std::string want, got;
+      for (int64_t d : p.spec.shape) want += (want.empty() ? "" : ",") + std::to_string(d);
+      for (int64_t d : entry->shape) got += (got.empty() ? "" : ",") + std::to_string(d);
+      throw UserError("'" + dir + "': tensor '" + *name + "' has shape [" + got +
+                      "], the model needs [" + want + "]");
+    }
+    torch::Tensor global = weights.read(*name, p.value.scalar_type());
+    p.value.copy_(layers::from_global(global, p.spec, tp, p.value));
+  }
+}
+
+}  // namespace retort::hf

@@ -1,0 +1,64 @@
+// engine/hf/hf_model.h: Hugging Face Llama-family model directories (Llama, Mistral, Qwen2):
+// config.json to and from our ModelConfig, the parameter names of both sides, and the
+// weights: model.safetensors, or model-*.safetensors shards listed by
+// model.safetensors.index.json, read tensor by tensor from the mapped files and converted
+// (bf16, fp16, fp32, fp64) to the store's dtype, each rank taking only its own TP shard.
+// Rotary layout: Hugging Face's Llama applies RoPE rotate-half (the first and second halves
+// of each head pair up), which is our layout too (layers/functional.h), so q_proj and k_proj
+// load as they are; an interleaved implementation (Meta's original checkpoints) would need the
+// rows of each head permuted, and is not read here.
+#pragma once
+#include <torch/torch.h>
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/hf/safetensors.h"
+#include "layers/model_config.h"
+#include "layers/parameters.h"
+#include "layers/tensor_parallel.h"
+
+namespace retort::hf {
+
+// A directory holding config.json (the test for "is this a Hugging Face model").
+bool is_hf_model_dir(const std::string& path);
+
+// config.json -> ModelConfig. Refuses what the model cannot represent, naming the key:
+// another model_type or hidden_act, rope_scaling, a head_dim other than hidden / heads,
+// attention_bias on a Llama (it biases o_proj too), a mlp_bias.
+layers::ModelConfig read_hf_config(const std::string& dir);
+// ModelConfig -> config.json text (model_type qwen2 with qkv bias, mistral with a window,
+// else llama).
+std::string hf_config_json(const layers::ModelConfig& config);
+
+// Our parameter name -> the Hugging Face name ("layers.3.attn.q_proj.weight" ->
+// "model.layers.3.self_attn.q_proj.weight"); nullopt for names Hugging Face has no tensor for.
+std::optional<std::string> hf_name(const std::string& ours);
+
+// The tensors of a model directory, across its shard files.
+class HfWeights {
+ public:
+  explicit HfWeights(const std::string& dir);
+  // Hugging Face name -> its file's entry (null when absent).
+  const StTensor* find(const std::string& name) const;
+  std::vector<std::string> names() const;
+  // The whole tensor in `dtype` (one copy; the file stays mapped).
+  torch::Tensor read(const std::string& name, torch::ScalarType dtype) const;
+
+ private:
+  std::string dir_;
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::string, size_t> file_of_;  // tensor name -> index in files_
+};
+
+// Fills every parameter of `store` (this rank's shards, any TP layout, one pipeline stage or
+// all) from a Hugging Face directory whose config matches `config`. Strict: a parameter with
+// no tensor, or a tensor of the wrong shape, is an error naming file and tensor; so is a
+// tensor of the directory no stage uses (collective over `pipeline` when given).
+void load_hf_parameters(const std::string& dir, const layers::ModelConfig& config,
+                        layers::ParameterStore& store, const layers::TensorParallel& tp);
+
+}  // namespace retort::hf

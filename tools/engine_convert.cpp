@@ -1,0 +1,78 @@
+// tools/engine_convert.cpp: Hugging Face Llama-family models in and out.
+//   engine_convert import HF_DIR CHECKPOINT.h5
+//   engine_convert export CHECKPOINT.h5 HF_DIR [--dtype F32|BF16|F16] [--shard-size BYTES]
+// Import reads config.json and model.safetensors (or its sharded form) into a Retort
+// checkpoint; export writes config.json and safetensors (sharded above --shard-size, 5 GB by
+// default, with model.safetensors.index.json). A Hugging Face directory can also be used
+// directly as teacher.checkpoint or model.init.from. Bad input: one line "error: ..." and
+// exit code 2.
+#include <boost/program_options.hpp>
+#include <iostream>
+
+#include "common/process_setup.h"
+#include "common/user_error.h"
+#include "engine/hf/hf_export.h"
+#include "parallel/mpi_runtime.h"
+
+namespace po = boost::program_options;
+using namespace retort;
+
+namespace {
+
+int convert(int argc, char** argv) {
+  po::options_description visible(
+      "Usage: engine_convert import HF_DIR CHECKPOINT.h5\n"
+      "       engine_convert export CHECKPOINT.h5 HF_DIR [options]");
+  std::string dtype = "F32";
+  uint64_t shard_size = 5ull << 30;
+  visible.add_options()("help,h", "print this help and exit")("dtype", po::value(&dtype),
+                                                              "export dtype: F32, BF16 or F16")(
+      "shard-size", po::value(&shard_size), "export: largest safetensors file in bytes");
+  po::options_description all;
+  std::vector<std::string> positional;
+  all.add(visible).add_options()("args", po::value(&positional));
+  po::positional_options_description p;
+  p.add("args", -1);
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(argc, argv).options(all).positional(p).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw UserError(e.what());
+  }
+  if (vm.count("help")) {
+    std::cout << visible << "\n";
+    return 0;
+  }
+  if (positional.size() != 3 || (positional[0] != "import" && positional[0] != "export"))
+    throw UserError("expected 'import HF_DIR CHECKPOINT.h5' or 'export CHECKPOINT.h5 HF_DIR'");
+  if (positional[0] == "import") {
+    hf::import_hf(positional[1], positional[2]);
+    std::cout << "imported " << positional[1] << " -> " << positional[2] << "\n";
+    return 0;
+  }
+  hf::ExportOptions options;
+  const std::optional<hf::StDtype> parsed = hf::parse_dtype(dtype);
+  if (!parsed ||
+      (*parsed != hf::StDtype::F32 && *parsed != hf::StDtype::BF16 && *parsed != hf::StDtype::F16))
+    throw UserError("--dtype: '" + dtype + "' is not F32, BF16 or F16");
+  if (shard_size == 0) throw UserError("--shard-size: must be positive");
+  options.dtype = *parsed;
+  options.shard_bytes = shard_size;
+  hf::export_hf(positional[1], positional[2], options);
+  std::cout << "exported " << positional[1] << " -> " << positional[2] << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  setup_process(argv);
+  parallel::MpiRuntime mpi(&argc, &argv);
+  try {
+    return convert(argc, argv);
+  } catch (const UserError& e) {
+    std::cerr << "error: " << e.what() << std::endl;
+    return 2;
+  }
+}
