@@ -1,15 +1,21 @@
 // tools/engine_prepare_data.cpp: turns .txt files (one document each) and .jsonl files
-// (one document per line, its "text" field) into a Megatron .bin/.idx dataset with the
-// built-in byte-level tokenizer. Directories are searched for .txt and .jsonl files.
+// (one document per line, its "text" field) into a Megatron .bin/.idx dataset, with the
+// built-in byte-level tokenizer or, with --tokenizer, a Hugging Face tokenizer.json
+// (byte-level BPE): each document is encoded with the tokenizer's special-token template and
+// ends with its EOS token (tokenizer_config.json's eos_token) unless --no-eos. Directories are
+// searched for .txt and .jsonl files.
 #include <algorithm>
 #include <boost/program_options.hpp>
+#include <climits>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "common/user_error.h"
+#include "engine/data/bpe_tokenizer.h"
 #include "engine/data/byte_tokenizer.h"
 #include "engine/data/indexed_dataset.h"
 
@@ -52,11 +58,15 @@ TokenDtype parse_dtype(const std::string& name) {
 int prepare(int argc, char** argv) {
   po::options_description options(
       "Usage: engine_prepare_data --output PREFIX INPUT... (files or directories)");
-  std::string output, dtype_name;
+  std::string output, dtype_name, tokenizer_path;
   options.add_options()("help,h", "print this help")("output,o", po::value<std::string>(&output),
                                                      "output prefix (writes PREFIX.bin, .idx)")(
       "dtype", po::value<std::string>(&dtype_name)->default_value("uint16"),
-      "token dtype: uint8, uint16 (Megatron's choice below 65500 tokens), int32, int64")(
+      "token dtype: uint8, uint16 (Megatron's choice below 65500 tokens), int32, int64; "
+      "with --tokenizer, the smallest that holds its vocabulary unless given")(
+      "tokenizer", po::value<std::string>(&tokenizer_path),
+      "Hugging Face tokenizer.json (or its directory); default: the byte-level tokenizer")(
+      "no-eos", "do not end documents with the tokenizer's EOS token")(
       "input", po::value<std::vector<std::string>>(), "input files or directories");
   po::positional_options_description positional;
   positional.add("input", -1);
@@ -74,7 +84,23 @@ int prepare(int argc, char** argv) {
   }
   if (output.empty()) throw UserError("--output PREFIX is required");
   if (!vm.count("input")) throw UserError("no input files given");
-  const ByteTokenizer tokenizer;
+  const ByteTokenizer bytes;
+  std::optional<BpeTokenizer> bpe;
+  std::optional<int64_t> eos;
+  if (!tokenizer_path.empty()) {
+    bpe = BpeTokenizer::load(tokenizer_path);
+    if (!vm.count("no-eos")) {
+      eos = bpe->eos_id();
+      if (!eos)
+        throw UserError("--tokenizer '" + tokenizer_path +
+                        "': no eos_token in tokenizer_config.json (pass --no-eos)");
+    }
+    if (vm["dtype"].defaulted()) dtype_name = bpe->vocab_size() <= 65535 ? "uint16" : "int32";
+    const int64_t limit = dtype_name == "uint8" ? 255 : dtype_name == "uint16" ? 65535 : INT64_MAX;
+    if (bpe->vocab_size() - 1 > limit)
+      throw UserError("--dtype " + dtype_name + " cannot hold the tokenizer's " +
+                      std::to_string(bpe->vocab_size()) + " ids");
+  }
   if (!fs::path(output).parent_path().empty())
     fs::create_directories(fs::path(output).parent_path());
   IndexedDatasetWriter writer(output, parse_dtype(dtype_name));
@@ -83,7 +109,13 @@ int prepare(int argc, char** argv) {
     std::ifstream in(file);
     if (!in) throw UserError("cannot read '" + file.string() + "'");
     auto add = [&](const std::string& text) {
-      auto ids = tokenizer.encode_document(text);
+      std::vector<int64_t> ids;
+      if (bpe) {
+        ids = bpe->encode(text, true);
+        if (eos) ids.push_back(*eos);
+      } else {
+        ids = bytes.encode_document(text);
+      }
       tokens += int64_t(ids.size());
       ++documents;
       writer.add_document(ids);
