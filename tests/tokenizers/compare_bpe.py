@@ -24,10 +24,12 @@ ADVERSARIAL = (
     "special tokens: <|begin_of_text|>inside<|end_of_text|> <|eot_id|>x<|reserved_special_token_3|>\n"
     "almost special: <|begin_of_text| <begin_of_text|> <||>\n"
     "spaces:\u00a0nbsp\u3000ideographic\u2003em\u2028line sep\n"
+    "unicode space runs:\u3000\u3000word x\u00a0\u00a0\u00a0y \u2003 \u2003\nz\u2002\u2002\n"
     "      \n\t\n \n"
 ).encode("utf-8") + (
     b"invalid: \x80 lone, \xc3 truncated, \xe2\x82 cut, \xc0\xaf overlong, "
-    b"\xed\xa0\x80 surrogate, \xf5\xff\xfe high, end\xe2"
+    b"\xed\xa0\x80 surrogate, \xf5\xff\xfe high, \xe0\x80\x80 overlong3, "
+    b"\xf0\x80\x80\x80 overlong4, \xf4\x90\x80\x80 beyond, end\xe2"
 )
 
 
