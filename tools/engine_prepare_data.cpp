@@ -1,8 +1,9 @@
 // tools/engine_prepare_data.cpp: turns .txt files (one document each) and .jsonl files
 // (one document per line, its "text" field) into a Megatron .bin/.idx dataset, with the
 // built-in byte-level tokenizer or, with --tokenizer, a Hugging Face tokenizer.json
-// (byte-level BPE): each document is encoded with the tokenizer's special-token template and
-// ends with its EOS token (tokenizer_config.json's eos_token) unless --no-eos. Directories are
+// (byte-level BPE) or a SentencePiece .model: each document is encoded with the tokenizer's
+// special tokens (its template; BOS for SentencePiece) and ends with its EOS token unless
+// --no-eos. Directories are
 // searched for .txt and .jsonl files.
 #include <algorithm>
 #include <boost/program_options.hpp>
@@ -15,9 +16,9 @@
 #include <sstream>
 
 #include "common/user_error.h"
-#include "engine/data/bpe_tokenizer.h"
 #include "engine/data/byte_tokenizer.h"
 #include "engine/data/indexed_dataset.h"
+#include "engine/data/text_tokenizer.h"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -65,8 +66,8 @@ int prepare(int argc, char** argv) {
       "token dtype: uint8, uint16 (Megatron's choice below 65500 tokens), int32, int64; "
       "with --tokenizer, the smallest that holds its vocabulary unless given")(
       "tokenizer", po::value<std::string>(&tokenizer_path),
-      "Hugging Face tokenizer.json (or its directory); default: the byte-level tokenizer")(
-      "no-eos", "do not end documents with the tokenizer's EOS token")(
+      "Hugging Face tokenizer.json (or its directory) or SentencePiece .model; default: the "
+      "byte-level tokenizer")("no-eos", "do not end documents with the tokenizer's EOS token")(
       "input", po::value<std::vector<std::string>>(), "input files or directories");
   po::positional_options_description positional;
   positional.add("input", -1);
@@ -85,21 +86,21 @@ int prepare(int argc, char** argv) {
   if (output.empty()) throw UserError("--output PREFIX is required");
   if (!vm.count("input")) throw UserError("no input files given");
   const ByteTokenizer bytes;
-  std::optional<BpeTokenizer> bpe;
+  std::unique_ptr<TextTokenizer> tokenizer;
   std::optional<int64_t> eos;
   if (!tokenizer_path.empty()) {
-    bpe = BpeTokenizer::load(tokenizer_path);
+    tokenizer = load_text_tokenizer(tokenizer_path);
     if (!vm.count("no-eos")) {
-      eos = bpe->eos_id();
+      eos = tokenizer->eos_id();
       if (!eos)
         throw UserError("--tokenizer '" + tokenizer_path +
                         "': no eos_token in tokenizer_config.json (pass --no-eos)");
     }
-    if (vm["dtype"].defaulted()) dtype_name = bpe->vocab_size() <= 65535 ? "uint16" : "int32";
+    if (vm["dtype"].defaulted()) dtype_name = tokenizer->vocab_size() <= 65535 ? "uint16" : "int32";
     const int64_t limit = dtype_name == "uint8" ? 255 : dtype_name == "uint16" ? 65535 : INT64_MAX;
-    if (bpe->vocab_size() - 1 > limit)
+    if (tokenizer->vocab_size() - 1 > limit)
       throw UserError("--dtype " + dtype_name + " cannot hold the tokenizer's " +
-                      std::to_string(bpe->vocab_size()) + " ids");
+                      std::to_string(tokenizer->vocab_size()) + " ids");
   }
   if (!fs::path(output).parent_path().empty())
     fs::create_directories(fs::path(output).parent_path());
@@ -110,8 +111,8 @@ int prepare(int argc, char** argv) {
     if (!in) throw UserError("cannot read '" + file.string() + "'");
     auto add = [&](const std::string& text) {
       std::vector<int64_t> ids;
-      if (bpe) {
-        ids = bpe->encode(text, true);
+      if (tokenizer) {
+        ids = tokenizer->encode(text);
         if (eos) ids.push_back(*eos);
       } else {
         ids = bytes.encode_document(text);
