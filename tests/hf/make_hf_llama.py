@@ -7,7 +7,7 @@ implementation of the Hugging Face Llama forward (RMSNorm, rotate-half RoPE, GQA
 repeating kv heads, Mistral's sliding window, Qwen2's qkv bias, SwiGLU, tied or untied head)
 for a fixed batch of tokens, into reference.safetensors (tokens as I64, logits as F32).
 
-Usage: make_hf_llama.py OUT_DIR VARIANT
+Usage: make_hf_llama.py OUT_DIR VARIANT [VOCAB]
 VARIANT: llama_gqa_tied | llama_untied_sharded | qwen2_bias | mistral_window | llama_bf16"""
 import json
 import os
@@ -108,7 +108,10 @@ def forward(w, v, tokens):
 
 
 def main():
+    global VOCAB
     out, name = sys.argv[1], sys.argv[2]
+    if len(sys.argv) > 3:  # a real tokenizer's vocabulary (examples/hf_path.sh)
+        VOCAB = int(sys.argv[3])
     v = VARIANTS[name]
     torch.manual_seed(sum(map(ord, name)))
     heads, kv, d = v["heads"], v["kv"], HIDDEN // v["heads"]
