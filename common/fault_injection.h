@@ -18,6 +18,10 @@ enum class Fault {
   GradMissing,              // one parameter's gradient never produced
   ActivationLocalTokens,    // activation loss normalised by this rank's micro-batch tokens
   LogitTermOneTpRank,       // the logit loss back-propagated on TP rank 0 only
+  // The process kills itself (SIGKILL) inside a checkpoint save (tests/unit/checkpoint_*):
+  KillAfterRankFiles,  // this rank's file written, the index not yet
+  KillBeforeRename,    // the index written in the .partial directory, not yet renamed
+  KillBeforeLatest,    // renamed into place, "latest" not yet updated
 };
 
 // The parameter GradScaled and GradMissing act on.

@@ -1,6 +1,6 @@
 // tools/engine_convert.cpp: Hugging Face Llama-family models in and out.
-//   engine_convert import HF_DIR CHECKPOINT.h5
-//   engine_convert export CHECKPOINT.h5 HF_DIR [--dtype F32|BF16|F16] [--shard-size BYTES]
+//   engine_convert import HF_DIR CHECKPOINT_DIR
+//   engine_convert export CHECKPOINT_DIR HF_DIR [--dtype F32|BF16|F16] [--shard-size BYTES]
 // Import reads config.json and model.safetensors (or its sharded form) into a Retort
 // checkpoint; export writes config.json and safetensors (sharded above --shard-size, 5 GB by
 // default, with model.safetensors.index.json). A Hugging Face directory can also be used
@@ -21,8 +21,8 @@ namespace {
 
 int convert(int argc, char** argv) {
   po::options_description visible(
-      "Usage: engine_convert import HF_DIR CHECKPOINT.h5\n"
-      "       engine_convert export CHECKPOINT.h5 HF_DIR [options]");
+      "Usage: engine_convert import HF_DIR CHECKPOINT_DIR\n"
+      "       engine_convert export CHECKPOINT_DIR HF_DIR [options]");
   std::string dtype = "F32";
   uint64_t shard_size = 5ull << 30;
   visible.add_options()("help,h", "print this help and exit")("dtype", po::value(&dtype),
@@ -45,7 +45,7 @@ int convert(int argc, char** argv) {
     return 0;
   }
   if (positional.size() != 3 || (positional[0] != "import" && positional[0] != "export"))
-    throw UserError("expected 'import HF_DIR CHECKPOINT.h5' or 'export CHECKPOINT.h5 HF_DIR'");
+    throw UserError("expected 'import HF_DIR CHECKPOINT_DIR' or 'export CHECKPOINT_DIR HF_DIR'");
   if (positional[0] == "import") {
     hf::import_hf(positional[1], positional[2]);
     std::cout << "imported " << positional[1] << " -> " << positional[2] << "\n";

@@ -1,13 +1,19 @@
-// engine/checkpoint/checkpoint.h: one HDF5 file per checkpoint holding every parameter at global
-// shape
-// (/params/<name>), the AdamW state (/optimizer/exp_avg/<name>, /optimizer/exp_avg_sq/<name>),
-// and the scalars needed to resume exactly: step, optimizer steps, seed, consumed samples and
-// the torch CPU generator state. Files are written to a temporary name and renamed, so a
-// crash while saving never damages the checkpoint already on disk.
+// engine/checkpoint/checkpoint.h: sharded checkpoints that reshard across layouts
+// (docs/checkpoint-format.md). A checkpoint is a directory: every rank that holds a piece
+// nobody else writes (its TP shard of a parameter, on the first DP replica; optimizer state
+// on its ZeRO owner) writes its own HDF5 file, rank_<r>.h5, in parallel, with no gather; rank 0
+// then writes index.json (progress, model description, and per tensor its global shape and
+// pieces: file, box, CRC-32C) and renames the directory from .partial into place, so a
+// crash while saving never leaves a checkpoint that looks complete. Loading reads, for each
+// local shard, the pieces that overlap it, checks each piece's checksum, and copies the
+// overlap: any layout loads a checkpoint written under any other, and no rank holds more than
+// its shards plus one piece.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "engine/optim/adamw.h"
 #include "engine/optim/zero_partition.h"
@@ -52,9 +58,29 @@ TrainingProgress load_checkpoint(const std::string& path, parallel::Mesh& mesh,
 // always names one that is kept.
 void prune_checkpoints(const std::string& run_dir, int64_t keep);
 
-// "<dir>/checkpoints/step_<step>.h5"
+// "<dir>/checkpoints/step_<step>" (8 digits)
 std::string checkpoint_path(const std::string& run_dir, int64_t step);
-// Resolves checkpoint.load: a file is used as is; a run directory means its latest checkpoint.
-std::string resolve_checkpoint(const std::string& file_or_run_dir);
+// The complete checkpoints of a run directory (with index.json; not .partial), newest first.
+std::vector<std::string> complete_checkpoints(const std::string& run_dir);
+// Resolves checkpoint.load: a checkpoint directory is used as is; a run directory means its
+// latest checkpoint.
+std::string resolve_checkpoint(const std::string& checkpoint_or_run_dir);
+
+// Whole global parameters of a checkpoint, one at a time, checksums checked (export).
+class CheckpointReader {
+ public:
+  explicit CheckpointReader(const std::string& dir);
+  ~CheckpointReader();
+  std::vector<std::string> parameter_names() const;
+  std::vector<int64_t> shape(const std::string& name) const;
+  torch::Tensor parameter(const std::string& name) const;
+  // Any stored tensor by key: "params/<name>", "optimizer/exp_avg/<name>",
+  // "optimizer/exp_avg_sq/<name>".
+  torch::Tensor tensor(const std::string& key) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace retort::engine

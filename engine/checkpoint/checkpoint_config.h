@@ -12,7 +12,8 @@ namespace retort::engine {
   KEY(int64_t, keep_last, "checkpoint.keep_last", 0, 0, 1e9,                               \
       "keep only the newest K step checkpoints of run.dir, 0 = keep all")                  \
   KEY(std::string, load, "checkpoint.load", "", 0, 0,                                      \
-      "checkpoint file or run directory to resume from; empty = fresh start")
+      "checkpoint directory or run directory to resume from; auto = the newest complete "  \
+      "checkpoint of run.dir that passes its checksums (fresh start if none); empty = fresh")
 
 struct CheckpointConfig {
   RETORT_CHECKPOINT_KEYS(RETORT_FIELD)

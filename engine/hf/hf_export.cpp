@@ -10,7 +10,6 @@
 
 #include "common/user_error.h"
 #include "engine/checkpoint/checkpoint.h"
-#include "engine/checkpoint/h5_tensors.h"
 #include "engine/hf/hf_model.h"
 #include "layers/model.h"
 #include "parallel/mesh.h"
@@ -63,9 +62,7 @@ void export_hf(const std::string& checkpoint, const std::string& out_dir,
   if (!config)
     throw UserError("'" + checkpoint + "' has no model description (/model/config_json)");
   const torch::ScalarType dtype = torch_dtype_of(options.dtype);
-  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-  engine::H5Handle file{H5Fopen(checkpoint.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose};
-  if (file.id < 0) throw UserError("'" + checkpoint + "' is not a readable HDF5 checkpoint");
+  const engine::CheckpointReader reader(checkpoint);
 
   // The tensors, their Hugging Face names and shapes, grouped into shards by size.
   struct Item {
@@ -74,15 +71,10 @@ void export_hf(const std::string& checkpoint, const std::string& out_dir,
   };
   std::vector<std::vector<Item>> shards(1);
   uint64_t shard_size = 0, total = 0;
-  for (const std::string& ours : export_order(engine::h5_children(file.id, "/params"))) {
+  for (const std::string& ours : export_order(reader.parameter_names())) {
     const std::optional<std::string> theirs = hf_name(ours);
     if (!theirs) continue;  // a distillation projection: not part of the model
-    Item item{ours, *theirs, {}};
-    {
-      torch::Tensor t =
-          engine::h5_read_tensor(file.id, checkpoint, "/params/" + ours, {}, torch::kFloat);
-      item.shape = t.sizes().vec();
-    }
+    Item item{ours, *theirs, reader.shape(ours)};
     const uint64_t bytes = uint64_t(torch::elementSize(dtype)) *
                            uint64_t(std::accumulate(item.shape.begin(), item.shape.end(),
                                                     int64_t(1), std::multiplies<int64_t>()));
@@ -104,10 +96,7 @@ void export_hf(const std::string& checkpoint, const std::string& out_dir,
     for (const Item& item : shards[s]) entries.push_back({item.theirs, options.dtype, item.shape});
     SafetensorsWriter writer((fs::path(out_dir) / file_name).string(), entries, {{"format", "pt"}});
     for (const Item& item : shards[s]) {
-      torch::Tensor t = engine::h5_read_tensor(file.id, checkpoint, "/params/" + item.ours,
-                                               item.shape, torch::kFloat)
-                            .to(dtype)
-                            .contiguous();
+      torch::Tensor t = reader.parameter(item.ours).to(dtype).contiguous();
       writer.write(item.theirs, t.data_ptr(), size_t(t.numel() * t.element_size()));
       weight_map[item.theirs] = file_name;
     }

@@ -16,13 +16,13 @@ struct ExportOptions {
   StDtype dtype = StDtype::F32;       // F32, BF16 or F16
 };
 
-// `checkpoint`: a Retort checkpoint file (with its model description). The directory is
+// `checkpoint`: a Retort checkpoint directory (with its model description). The directory is
 // created; files already there under the same names are replaced whole (each written to a
 // .partial name and renamed).
 void export_hf(const std::string& checkpoint, const std::string& out_dir,
                const ExportOptions& options);
 
-// A Hugging Face directory to a Retort checkpoint file (parameters and the model
+// A Hugging Face directory to a Retort checkpoint directory (parameters and the model
 // description, step 0), through a one-process model in float32.
 void import_hf(const std::string& hf_dir, const std::string& checkpoint);
 

@@ -114,15 +114,30 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
   progress_.seed = config_.seed;
   progress_.model_json = model_config_json(config_.model);
 
-  if (!config_.checkpoint.load.empty()) {
+  if (config_.checkpoint.load == "auto") {
+    // The newest complete checkpoint of run.dir that loads (its checksums hold); a damaged
+    // one is reported and the one before it tried. None at all: a fresh start.
+    std::string path;
+    for (const std::string& candidate : complete_checkpoints(config_.run_dir)) {
+      try {
+        progress_ = load_checkpoint(candidate, mesh_, *store_, optimizer_.get());
+        path = candidate;
+        break;
+      } catch (const UserError& e) {
+        log_line("checkpoint.load=auto: skipping " + candidate + ": " + e.what());
+      }
+    }
+    if (path.empty() && !complete_checkpoints(config_.run_dir).empty())
+      throw UserError("checkpoint.load=auto: no checkpoint of '" + config_.run_dir +
+                      "' loads (each was reported above)");
+    if (path.empty())
+      log_line("checkpoint.load=auto: no checkpoint in " + config_.run_dir + ", starting fresh");
+    else
+      finish_resume(path);
+  } else if (!config_.checkpoint.load.empty()) {
     const std::string path = resolve_checkpoint(config_.checkpoint.load);
     progress_ = load_checkpoint(path, mesh_, *store_, optimizer_.get());
-    progress_.model_json = model_config_json(config_.model);
-    if (progress_.seed != static_cast<uint64_t>(config_.seed))
-      throw UserError("checkpoint '" + path + "' was trained with seed " +
-                      std::to_string(progress_.seed) + " but the config has seed " +
-                      std::to_string(config_.seed) + "; the data order would differ");
-    log_line("resumed from " + path + " at step " + std::to_string(progress_.step));
+    finish_resume(path);
   }
   flops_per_token_ = config_.model.training_flops_per_token(config_.data.seq_len);
   peak_gflops_ =
@@ -130,6 +145,15 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
 }
 
 Trainer::~Trainer() = default;
+
+void Trainer::finish_resume(const std::string& path) {
+  progress_.model_json = model_config_json(config_.model);
+  if (progress_.seed != static_cast<uint64_t>(config_.seed))
+    throw UserError("checkpoint '" + path + "' was trained with seed " +
+                    std::to_string(progress_.seed) + " but the config has seed " +
+                    std::to_string(config_.seed) + "; the data order would differ");
+  log_line("resumed from " + path + " at step " + std::to_string(progress_.step));
+}
 
 void Trainer::initialise_student() {
   const ParamPolicy& policy = config_.params;

@@ -66,6 +66,8 @@ class Trainer {
   Trainer(const TrainConfig& config, std::ostream* log, std::unique_ptr<parallel::Mesh> own_mesh,
           parallel::Mesh* mesh);
   void initialise_student();
+  // After a checkpoint loaded: the model description, the seed check, the log line.
+  void finish_resume(const std::string& path);
   void build_distiller();
   void log_line(const std::string& line);
   // This step's micro-batches of this DP rank and the global number of target tokens.

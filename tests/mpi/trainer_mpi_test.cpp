@@ -9,7 +9,6 @@
 #include <filesystem>
 #include <map>
 
-#include "engine/checkpoint/h5_tensors.h"
 #include "engine/config/config.h"
 #include "engine/train/trainer.h"
 #include "layers/sharding.h"
@@ -98,9 +97,9 @@ TEST(TrainerMpi, CheckpointReshardsAcrossLayouts) {
   const std::string path = checkpoint_path(dir, 2);
   a.save(path);
   MPI_Barrier(MPI_COMM_WORLD);
-  // The file holds global tensors equal to the gathered shards of layout A.
+  // The checkpoint holds global tensors equal to the gathered shards of layout A.
   retort::test::expect_checkpoint_holds_parameters(path, a);
-  H5Handle file{H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose};
+  const CheckpointReader reader(path);
   // Resume under TP4 (no DP, no ZeRO): same parameters, and the next step's loss agrees.
   TrainConfig b_config =
       small({"parallel.tensor=4", "run.dir=" + dir, "training.steps=4", "checkpoint.load=" + path});
@@ -108,12 +107,10 @@ TEST(TrainerMpi, CheckpointReshardsAcrossLayouts) {
   Trainer b(b_config, nullptr, b_mesh);
   EXPECT_EQ(b.step(), 2);
   for (auto& p : b.parameters().all()) {
-    torch::Tensor stored =
-        h5_read_tensor(file.id, path, "/params/" + p.spec.name, p.spec.shape, torch::kFloat);
+    torch::Tensor stored = reader.parameter(p.spec.name);
     EXPECT_TRUE(torch::equal(to_global(p.value, p.spec, b.tensor_parallel()), stored))
         << p.spec.name;
-    torch::Tensor state = h5_read_tensor(file.id, path, "/optimizer/exp_avg_sq/" + p.spec.name,
-                                         p.spec.shape, torch::kFloat);
+    torch::Tensor state = reader.tensor("optimizer/exp_avg_sq/" + p.spec.name);
     const auto& s = b.optimizer().states()[&p - &b.parameters().all()[0]];
     EXPECT_TRUE(torch::equal(to_global(s.exp_avg_sq, p.spec, b.tensor_parallel()), state))
         << p.spec.name;

@@ -8,7 +8,7 @@
 
 #include <string>
 
-#include "engine/checkpoint/h5_tensors.h"
+#include "engine/checkpoint/checkpoint.h"
 #include "engine/train/trainer.h"
 #include "layers/sharding.h"
 
@@ -28,11 +28,10 @@ inline int world_size() {
 
 // Collective over the trainer's TP group (the gathers).
 inline void expect_checkpoint_holds_parameters(const std::string& path, engine::Trainer& trainer) {
-  engine::H5Handle file{H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose};
+  const engine::CheckpointReader reader(path);
   for (auto& p : trainer.parameters().all()) {
     torch::Tensor global = layers::to_global(p.value, p.spec, trainer.tensor_parallel());
-    torch::Tensor stored = engine::h5_read_tensor(file.id, path, "/params/" + p.spec.name,
-                                                  p.spec.shape, torch::kFloat);
+    torch::Tensor stored = reader.parameter(p.spec.name);
     EXPECT_TRUE(torch::equal(global, stored)) << p.spec.name;
   }
 }

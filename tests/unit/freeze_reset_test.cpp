@@ -131,7 +131,7 @@ TEST(Reset, LoadingIsStrict) {
     return std::string();
   };
   std::string e = refusal({"model.ffn_hidden=96"});
-  EXPECT_NE(e.find("'/params/layers.0.mlp.gate_proj.weight' has shape [128, 64] but the model "
+  EXPECT_NE(e.find("'params/layers.0.mlp.gate_proj.weight' has shape [128, 64] but the model "
                    "expects [96, 64]"),
             std::string::npos)
       << e;

@@ -81,7 +81,7 @@ TEST(HfImport, ExportThenImportGivesByteIdenticalTensors) {
         fs::temp_directory_path() / "retort_hf_test" / (std::string(variant) + "_out");
     fs::remove_all(work);
     fs::create_directories(work);
-    const std::string checkpoint = (work / "imported.h5").string();
+    const std::string checkpoint = (work / "imported").string();
     hf::import_hf(dir, checkpoint);
     hf::ExportOptions options;
     options.dtype = std::string(variant) == "llama_bf16" ? hf::StDtype::BF16 : hf::StDtype::F32;
