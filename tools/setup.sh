@@ -17,6 +17,8 @@ packages=(
   python3-torch libjemalloc2 libtcmalloc-minimal4
   # tokenizers: PCRE2 for tokenizer.json's Unicode regex; SentencePiece and its Python binding
   libpcre2-dev libsentencepiece-dev python3-sentencepiece sentencepiece
+  # docs/checkpoint-format.md: checkpoints read with h5py (tests/cli/read_checkpoint_h5py.py)
+  python3-h5py
 )
 
 missing=()
