@@ -21,9 +21,15 @@ using namespace retort;
 
 namespace {
 
-// Runs the reference script for a variant into a fresh directory.
+// Runs the reference script for a variant into a fresh directory of the running test's own
+// (CTest runs the tests of this file in parallel).
+fs::path test_dir() {
+  return fs::temp_directory_path() / "retort_hf_test" /
+         ::testing::UnitTest::GetInstance()->current_test_info()->name();
+}
+
 std::string make_reference(const std::string& variant) {
-  const fs::path dir = fs::temp_directory_path() / "retort_hf_test" / variant;
+  const fs::path dir = test_dir() / variant;
   fs::remove_all(dir);
   const std::string command =
       std::string("/usr/bin/python3 ") + RETORT_HF_SCRIPT + " " + dir.string() + " " + variant;
