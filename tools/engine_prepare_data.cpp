@@ -14,10 +14,12 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
+#include <thread>
 
 #include "common/user_error.h"
 #include "engine/data/byte_tokenizer.h"
 #include "engine/data/indexed_dataset.h"
+#include "engine/data/prepare_corpus.h"
 #include "engine/data/text_tokenizer.h"
 
 namespace po = boost::program_options;
@@ -60,6 +62,8 @@ int prepare(int argc, char** argv) {
   po::options_description options(
       "Usage: engine_prepare_data --output PREFIX INPUT... (files or directories)");
   std::string output, dtype_name, tokenizer_path;
+  int workers = 0;
+  double chunk_mb = 64;
   options.add_options()("help,h", "print this help")("output,o", po::value<std::string>(&output),
                                                      "output prefix (writes PREFIX.bin, .idx)")(
       "dtype", po::value<std::string>(&dtype_name)->default_value("uint16"),
@@ -68,7 +72,12 @@ int prepare(int argc, char** argv) {
       "tokenizer", po::value<std::string>(&tokenizer_path),
       "Hugging Face tokenizer.json (or its directory) or SentencePiece .model; default: the "
       "byte-level tokenizer")("no-eos", "do not end documents with the tokenizer's EOS token")(
-      "input", po::value<std::vector<std::string>>(), "input files or directories");
+      "workers", po::value<int>(&workers)->default_value(0),
+      "processes tokenizing in parallel (0 = one per core); the output is the same")(
+      "chunk-mb", po::value<double>(&chunk_mb)->default_value(64),
+      "a .jsonl is cut into units of about this many MB, at line ends")(
+      "quiet", "no progress on stderr")("input", po::value<std::vector<std::string>>(),
+                                        "input files or directories");
   po::positional_options_description positional;
   positional.add("input", -1);
   po::variables_map vm;
@@ -104,42 +113,25 @@ int prepare(int argc, char** argv) {
   }
   if (!fs::path(output).parent_path().empty())
     fs::create_directories(fs::path(output).parent_path());
-  IndexedDatasetWriter writer(output, parse_dtype(dtype_name));
-  int64_t documents = 0, tokens = 0;
-  for (const fs::path& file : collect_inputs(vm["input"].as<std::vector<std::string>>())) {
-    std::ifstream in(file);
-    if (!in) throw UserError("cannot read '" + file.string() + "'");
-    auto add = [&](const std::string& text) {
-      std::vector<int64_t> ids;
-      if (tokenizer) {
-        ids = tokenizer->encode(text);
-        if (eos) ids.push_back(*eos);
-      } else {
-        ids = bytes.encode_document(text);
-      }
-      tokens += int64_t(ids.size());
-      ++documents;
-      writer.add_document(ids);
-    };
-    if (file.extension() == ".jsonl") {
-      std::string line;
-      int64_t number = 0;
-      while (std::getline(in, line)) {
-        ++number;
-        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-        nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-        if (j.is_discarded() || !j.is_object() || !j.contains("text") || !j["text"].is_string())
-          throw UserError(file.string() + ":" + std::to_string(number) +
-                          ": expected a JSON object with a string field \"text\"");
-        add(j["text"].get<std::string>());
-      }
+  const DocumentEncoder encode = [&](const std::string& text) {
+    std::vector<int64_t> ids;
+    if (tokenizer) {
+      ids = tokenizer->encode(text);
+      if (eos) ids.push_back(*eos);
     } else {
-      std::stringstream text;
-      text << in.rdbuf();
-      add(text.str());
+      ids = bytes.encode_document(text);
     }
-  }
-  writer.finish();
+    return ids;
+  };
+  PrepareOptions prepare;
+  prepare.output = output;
+  prepare.dtype = parse_dtype(dtype_name);
+  prepare.workers = workers > 0 ? workers : int(std::max(1u, std::thread::hardware_concurrency()));
+  prepare.chunk_bytes = chunk_mb > 0 ? int64_t(chunk_mb * 1048576.0) : int64_t(64) << 20;
+  prepare.progress = !vm.count("quiet");
+  const PrepareStats stats =
+      prepare_corpus(collect_inputs(vm["input"].as<std::vector<std::string>>()), encode, prepare);
+  const int64_t documents = stats.documents, tokens = stats.tokens;
   std::cout << "wrote " << output << ".bin/.idx: " << documents << " documents, " << tokens
             << " tokens\n";
   return 0;
