@@ -16,7 +16,7 @@ packages=(
   # bench/peer: the PyTorch loop Retort is measured against, and the allocators it compares
   python3-torch libjemalloc2 libtcmalloc-minimal4
   # tokenizers: PCRE2 for tokenizer.json's Unicode regex; SentencePiece and its Python binding
-  libpcre2-dev libsentencepiece-dev python3-sentencepiece sentencepiece
+  libpcre2-dev libicu-dev libsentencepiece-dev python3-sentencepiece sentencepiece
   # docs/checkpoint-format.md: checkpoints read with h5py (tests/cli/read_checkpoint_h5py.py)
   python3-h5py
 )

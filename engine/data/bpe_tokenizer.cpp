@@ -3,6 +3,8 @@
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
+#include <unicode/normalizer2.h>
+#include <unicode/unistr.h>
 
 #include <algorithm>
 #include <array>
@@ -97,6 +99,19 @@ nlohmann::json read_json(const fs::path& path) {
   return j;
 }
 
+// Unicode NFC of valid UTF-8 text (ICU).
+std::string nfc_normalize(std::string_view text) {
+  UErrorCode status = U_ZERO_ERROR;
+  const icu::Normalizer2* nfc = icu::Normalizer2::getNFCInstance(status);
+  if (U_FAILURE(status)) throw UserError("ICU has no NFC normalizer");
+  const icu::UnicodeString normal = nfc->normalize(
+      icu::UnicodeString::fromUTF8(icu::StringPiece(text.data(), int32_t(text.size()))), status);
+  if (U_FAILURE(status)) throw UserError("NFC normalisation failed");
+  std::string out;
+  normal.toUTF8String(out);
+  return out;
+}
+
 struct PreStep {
   std::unique_ptr<Regex> split;  // Split by regex
   bool byte_level = false, prefix_space = false;
@@ -115,6 +130,7 @@ struct BpeTokenizer::Impl {
   std::unordered_map<std::string, int64_t> vocab;
   std::unordered_map<std::string, int> ranks;  // "left right" -> merge rank
   bool ignore_merges = false;
+  bool nfc = false;  // the NFC normalizer, applied to text outside added tokens
   std::vector<PreStep> steps;
   std::vector<AddedToken> added;        // longest first
   std::vector<int64_t> prefix, suffix;  // the template around a single sequence
@@ -220,7 +236,7 @@ struct BpeTokenizer::Impl {
 
   // Pre-tokenizes and encodes a stretch of text holding no added token.
   void encode_plain(std::string_view text, std::vector<int64_t>& out) const {
-    std::vector<std::string> pieces = {std::string(text)};
+    std::vector<std::string> pieces = {nfc ? nfc_normalize(text) : std::string(text)};
     bool mapped = false;
     for (const PreStep& step : steps) {
       std::vector<std::string> next;
@@ -263,8 +279,11 @@ BpeTokenizer BpeTokenizer::load(const std::string& path) {
   impl->source = file.string();
   const nlohmann::json j = read_json(file);
   try {
-    if (j.contains("normalizer") && !j["normalizer"].is_null())
-      impl->refuse("normalizer '" + j["normalizer"].value("type", "") + "'");
+    if (j.contains("normalizer") && !j["normalizer"].is_null()) {
+      const std::string type = j["normalizer"].value("type", "");
+      if (type != "NFC") impl->refuse("normalizer '" + type + "'");
+      impl->nfc = true;  // Qwen2
+    }
     const nlohmann::json& model = j.at("model");
     if (model.value("type", "BPE") != "BPE")
       impl->refuse("model type '" + model.value("type", "") + "'");

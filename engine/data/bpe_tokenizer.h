@@ -5,8 +5,9 @@
 // characters, BPE merges applied by rank (a whole word in the vocabulary is taken as is when
 // the model sets ignore_merges), and the post-processor's template (BOS and the like) when
 // special tokens are asked for. Input that is not valid UTF-8 is decoded with U+FFFD
-// replacements first, as Node's and Python's decoders do. What tokenizer.json may hold beyond
-// this (normalizers, byte fallback, other models) is refused with the key named.
+// replacements first, as Node's and Python's decoders do; Qwen2's NFC normalizer goes
+// through ICU. What tokenizer.json may hold beyond this (other normalizers, byte fallback,
+// other models) is refused with the key named.
 #pragma once
 #include <cstdint>
 #include <memory>

@@ -8,9 +8,13 @@ strings in and around words, and invalid UTF-8 (a lone continuation byte, a trun
 sequence, an overlong form, a surrogate, bytes F5..FF). Each file is prepared alone, so its
 .bin holds exactly its ids, then the tokenizer's EOS; the .bin is read here as raw int32.
 
-Usage: compare_bpe.py ENGINE_PREPARE_DATA NODE_MODULES TOKENIZER_DIR CORPUS_DIR WORK_DIR"""
+With --nfc, both run a copy of the tokenizer with Qwen2's NFC normalizer added (the
+adversarial file holds decomposed letters and Hangul jamo, which NFC composes).
+
+Usage: compare_bpe.py ENGINE_PREPARE_DATA NODE_MODULES TOKENIZER_DIR CORPUS_DIR WORK_DIR [--nfc]"""
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -24,6 +28,7 @@ ADVERSARIAL = (
     "special tokens: <|begin_of_text|>inside<|end_of_text|> <|eot_id|>x<|reserved_special_token_3|>\n"
     "almost special: <|begin_of_text| <begin_of_text|> <||>\n"
     "spaces:\u00a0nbsp\u3000ideographic\u2003em\u2028line sep\n"
+    "decomposed: cafe\u0301 n\u0303o A\u030angstro\u0308m \u1100\u1161\u11a8 \u212b\n"
     "unicode space runs:\u3000\u3000word x\u00a0\u00a0\u00a0y \u2003 \u2003\nz\u2002\u2002\n"
     "      \n\t\n \n"
 ).encode("utf-8") + (
@@ -36,6 +41,16 @@ ADVERSARIAL = (
 def main():
     prepare, modules, tokenizer, corpus, work = sys.argv[1:6]
     os.makedirs(work, exist_ok=True)
+    if "--nfc" in sys.argv[6:]:
+        nfc_dir = os.path.join(work, "tokenizer_nfc")
+        os.makedirs(nfc_dir, exist_ok=True)
+        with open(os.path.join(tokenizer, "tokenizer.json")) as f:
+            spec = json.load(f)
+        spec["normalizer"] = {"type": "NFC"}
+        with open(os.path.join(nfc_dir, "tokenizer.json"), "w") as f:
+            json.dump(spec, f)
+        shutil.copy(os.path.join(tokenizer, "tokenizer_config.json"), nfc_dir)
+        tokenizer = nfc_dir
     adversarial = os.path.join(work, "adversarial.txt")
     with open(adversarial, "wb") as f:
         f.write(ADVERSARIAL)
