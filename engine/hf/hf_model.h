@@ -57,7 +57,8 @@ class HfWeights {
 // Fills every parameter of `store` (this rank's shards, any TP layout, one pipeline stage or
 // all) from a Hugging Face directory whose config matches `config`. Strict: a parameter with
 // no tensor, or a tensor of the wrong shape, is an error naming file and tensor; so is a
-// tensor of the directory no stage uses (collective over `pipeline` when given).
+// tensor of the directory a model of `config` has no place for (checked against the whole
+// model's names, so every stage decides alike without communicating).
 void load_hf_parameters(const std::string& dir, const layers::ModelConfig& config,
                         layers::ParameterStore& store, const layers::TensorParallel& tp);
 
