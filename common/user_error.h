@@ -11,4 +11,11 @@ struct UserError : std::runtime_error {
   explicit UserError(const std::string& message) : std::runtime_error(message) {}
 };
 
+// A run that cannot go on, decided by all ranks together (e.g. too many non-finite steps):
+// every rank throws it at the same point, so main ends with its message and exit code 1
+// without aborting the others, and nothing already saved is touched.
+struct AgreedStop : UserError {
+  explicit AgreedStop(const std::string& message) : UserError(message) {}
+};
+
 }  // namespace retort

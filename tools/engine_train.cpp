@@ -17,6 +17,7 @@
 #include "engine/config/train_config.h"
 #include "engine/observe/memory_tracker.h"
 #include "engine/observe/run_summary.h"
+#include "engine/train/stop_signal.h"
 #include "engine/train/trainer.h"
 #include "parallel/mesh.h"
 #include "parallel/mpi_runtime.h"
@@ -95,6 +96,7 @@ int train(int argc, char** argv, const parallel::MpiRuntime& mpi) {
             std::make_unique<engine::Trainer>(train_config, root ? &std::cout : nullptr, mesh);
       },
       mpi.world_rank());
+  engine::install_stop_signal_handlers();  // SIGTERM/SIGINT: finish the step, save, exit 0
   trainer->run();
   return 0;
 }
@@ -108,6 +110,9 @@ int main(int argc, char** argv) {
     return train(argc, argv, mpi);
   } catch (const AgreedFailure&) {
     return 2;
+  } catch (const AgreedStop& e) {  // every rank stops here together
+    if (mpi.world_rank() == 0) std::cerr << "error: " << e.what() << std::endl;
+    return 1;
   } catch (const UserError& e) {
     if (mpi.world_rank() == 0) std::cerr << "error: " << e.what() << std::endl;
     parallel::MpiRuntime::abort_all(2);

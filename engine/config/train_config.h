@@ -32,7 +32,9 @@ RETORT_NAMED_ENUM(Device, cpu, cuda)
   KEY(int64_t, log_every, "training.log_every", 10, 1, 1e9, "steps between metric lines")          \
   KEY(int64_t, eval_every, "training.eval_every", 50, 0, 1e9,                                      \
       "steps between evaluations, 0 = never")                                                      \
-  KEY(int64_t, eval_batches, "training.eval_batches", 4, 1, 1e6, "global batches per evaluation")
+  KEY(int64_t, eval_batches, "training.eval_batches", 4, 1, 1e6, "global batches per evaluation") \
+  KEY(int64_t, max_skipped_steps, "training.max_skipped_steps", 10, 1, 1e9,                         \
+      "consecutive steps skipped for a non-finite loss or gradient norm before the run stops")
 
 struct TrainingConfig {
   RETORT_TRAINING_KEYS(RETORT_FIELD)

@@ -1,6 +1,7 @@
 // engine/observe/metrics.cpp: see metrics.h.
 #include "engine/observe/metrics.h"
 
+#include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -75,6 +76,21 @@ void MetricsFile::write(const StepMetrics& m) {
   if (m.valid_loss) j["valid_loss"] = *m.valid_loss;
   for (const auto& [name, value] : m.parts) j[name] = value;
   if (!m.peak_by_category.empty()) j["peak_mem_by_category"] = m.peak_by_category;
+  out_ << j.dump() << "\n";
+  out_.flush();
+}
+
+void MetricsFile::write_skipped(int64_t step, double loss, double grad_norm,
+                                int64_t skipped_steps) {
+  // JSON has no NaN or infinity: non-finite values are written as strings.
+  auto number = [](double v) -> nlohmann::json {
+    return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(std::to_string(v));
+  };
+  nlohmann::json j = {{"step", step},
+                      {"skipped", true},
+                      {"loss", number(loss)},
+                      {"grad_norm", number(grad_norm)},
+                      {"skipped_steps", skipped_steps}};
   out_ << j.dump() << "\n";
   out_.flush();
 }

@@ -35,6 +35,8 @@ class MetricsFile {
   // Appends to path (a resumed run continues the same file).
   explicit MetricsFile(const std::string& path);
   void write(const StepMetrics& m);
+  // A step skipped for a non-finite loss or gradient norm: its values and the run's count.
+  void write_skipped(int64_t step, double loss, double grad_norm, int64_t skipped_steps);
 
  private:
   std::ofstream out_;

@@ -173,16 +173,19 @@ double global_grad_norm(const layers::ParameterStore& store, const layers::Tenso
   return grad_norm_from_squares(store, squares, tp, sharded_over, pipeline);
 }
 
+void scale_to_norm(layers::ParameterStore& store, double norm, double max_norm) {
+  if (!(max_norm > 0 && norm > max_norm)) return;
+  const double scale = max_norm / (norm + 1e-6);
+  torch::NoGradGuard no_grad;
+  for (auto& p : store.all())
+    if (!p.spec.frozen() && p.value.grad().defined()) p.value.grad().mul_(scale);
+}
+
 double clip_grad_norm(layers::ParameterStore& store, double max_norm,
                       const layers::TensorParallel& tp, parallel::Communicator* sharded_over,
                       parallel::Communicator* pipeline) {
   const double norm = global_grad_norm(store, tp, sharded_over, pipeline);
-  if (max_norm > 0 && norm > max_norm) {
-    const double scale = max_norm / (norm + 1e-6);
-    torch::NoGradGuard no_grad;
-    for (auto& p : store.all())
-      if (!p.spec.frozen() && p.value.grad().defined()) p.value.grad().mul_(scale);
-  }
+  scale_to_norm(store, norm, max_norm);
   return norm;
 }
 

@@ -75,6 +75,8 @@ double grad_norm_from_squares(const layers::ParameterStore& store,
                               parallel::Communicator* pipeline = nullptr);
 // The squared norm of parameter p's gradient, -1 without one.
 double grad_square(const layers::Parameter& p);
+// Scales all gradients by max_norm / norm when their global norm `norm` exceeds max_norm.
+void scale_to_norm(layers::ParameterStore& store, double norm, double max_norm);
 // Scales all gradients so their global norm is at most max_norm; returns the norm before.
 // `pipeline`: the other stages' parameters count too (tied copies once, on their owner).
 double clip_grad_norm(layers::ParameterStore& store, double max_norm,

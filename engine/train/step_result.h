@@ -23,7 +23,11 @@ struct StepResult {
   distill::LossTerms terms;  // lm only, without distillation
   double grad_norm = 0;
   double lr = 0;
+  // A non-finite loss or gradient norm on any rank: no parameter, optimizer state or
+  // learning-rate position changed (the data position did advance past the batch).
   bool skipped = false;
+  // A stop signal reached some rank before this step's agreement: every rank saves and ends.
+  bool stop_requested = false;
   StepTimes times;
 };
 

@@ -4,11 +4,13 @@
 #include <fnmatch.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <ostream>
 
 #include "common/fault_injection.h"
 #include "common/user_error.h"
+#include "engine/train/stop_signal.h"
 #include "engine/data/batches.h"
 #include "engine/hf/hf_model.h"
 #include "engine/observe/gemm_peak.h"
@@ -247,6 +249,23 @@ void Trainer::log_line(const std::string& line) {
   if (log_) *log_ << line << std::endl;
 }
 
+void Trainer::agree_on_step(StepResult& result) {
+  // One all-reduce of the world per step: whether any rank saw a non-finite loss or gradient
+  // norm (a NaN in a replicated parameter's gradient on one TP rank enters only that rank's
+  // norm), and whether any rank received a stop signal.
+  torch::Tensor flags = torch::tensor({std::isfinite(result.loss) ? 0.0 : 1.0,
+                                       std::isfinite(result.grad_norm) ? 0.0 : 1.0,
+                                       stop_signal_received() ? 1.0 : 0.0},
+                                      torch::kDouble);
+  mesh_.world().all_reduce(flags, parallel::ReduceOp::Max);
+  // Every rank reports the same verdict: a value non-finite elsewhere reads NaN here.
+  if (flags[0].item<double>() > 0 && std::isfinite(result.loss)) result.loss = std::nan("");
+  if (flags[1].item<double>() > 0 && std::isfinite(result.grad_norm))
+    result.grad_norm = std::nan("");
+  result.skipped = !std::isfinite(result.loss) || !std::isfinite(result.grad_norm);
+  result.stop_requested = flags[2].item<double>() > 0;
+}
+
 double Trainer::dp_sum(double value) {
   if (mesh_.dp().size() == 1) return value;
   torch::Tensor t = torch::tensor({value}, torch::kDouble);
@@ -322,7 +341,8 @@ StepResult Trainer::train_step() {
   double target_count = 0;
   const std::vector<MicroBatch> micro = read_micro_batches(target_count);
   clear_gradients();
-  result.lr = config_.optimizer.schedule.at(progress_.step);
+  // The schedule follows optimizer steps taken: a skipped step does not advance it.
+  result.lr = config_.optimizer.schedule.at(optimizer_->steps());
   const bool in_backward = config_.optimizer.in_backward;
   if (in_backward) {  // parameters step as GradientSync reports them final
     optimizer_->begin_step();
@@ -356,8 +376,26 @@ StepResult Trainer::train_step() {
     result.grad_norm =
         grad_norm_from_squares(*store_, grad_squares_, tp_, sync_->sharded_over(), &mesh_.pp());
   } else {
-    result.grad_norm = clip_grad_norm(*store_, config_.optimizer.grad_clip, tp_,
-                                      sync_->sharded_over(), &mesh_.pp());
+    result.grad_norm = global_grad_norm(*store_, tp_, sync_->sharded_over(), &mesh_.pp());
+  }
+  agree_on_step(result);
+  if (result.skipped) {
+    if (in_backward)
+      throw AgreedStop(
+          "step " + std::to_string(result.step) +
+          ": non-finite loss or gradient norm with optimizer.in_backward=true; the parameters "
+          "were already updated during backward, so the step cannot be skipped. The run stops; "
+          "its checkpoints are kept (resume from the last one, e.g. with optimizer.in_backward="
+          "false and training.max_skipped_steps)");
+    clear_gradients();
+    result.times.optimizer_s = seconds_since(start);
+    progress_.step += 1;  // the data moves past the bad batch; the schedule does not
+    progress_.consumed_samples += config_.training.global_batch;
+    if (inspector_ && inspector_->on_step_end) inspector_->on_step_end(result);
+    return result;
+  }
+  if (!in_backward) {
+    scale_to_norm(*store_, result.grad_norm, config_.optimizer.grad_clip);
     optimizer_->step(result.lr);
   }
   if (ZeroPartition* zero = sync_->zero()) zero->all_gather_parameters(*store_);
@@ -450,6 +488,29 @@ std::vector<StepResult> Trainer::run() {
     results.push_back(train_step());
     ++interval_steps;
     const int64_t step = progress_.step;
+    const StepResult& last = results.back();
+    if (last.skipped) {
+      ++skipped_steps_;
+      ++consecutive_skips_;
+      char text[160];
+      std::snprintf(text, sizeof(text),
+                    "step %lld skipped: non-finite %s (loss %g, grad norm %g); %lld in a row, "
+                    "limit training.max_skipped_steps=%lld",
+                    (long long)step, std::isfinite(last.loss) ? "gradient norm" : "loss",
+                    last.loss, last.grad_norm, (long long)consecutive_skips_,
+                    (long long)t.max_skipped_steps);
+      log_line(text);
+      if (metrics) metrics->write_skipped(step, last.loss, last.grad_norm, skipped_steps_);
+      if (consecutive_skips_ >= t.max_skipped_steps)
+        throw AgreedStop("stopping at step " + std::to_string(step) + ": " +
+                         std::to_string(consecutive_skips_) +
+                         " consecutive steps had a non-finite loss or gradient norm "
+                         "(training.max_skipped_steps=" +
+                         std::to_string(t.max_skipped_steps) +
+                         "); no checkpoint was written for them, the last saved one is kept");
+    } else {
+      consecutive_skips_ = 0;
+    }
     const bool eval_now = t.eval_every > 0 && (step % t.eval_every == 0 || step == t.steps);
     if (step % t.log_every == 0 || step == t.steps || eval_now) {
       write_metrics(results.back(), seconds_since(interval_start),
@@ -459,10 +520,20 @@ std::vector<StepResult> Trainer::run() {
       interval_comm_start = parallel::exposed_communication_seconds();
       interval_steps = 0;
     }
+    // Not during a streak of skipped steps: the newest checkpoint stays the last good step's.
     const bool save_now =
-        (config_.checkpoint.save_every > 0 && step % config_.checkpoint.save_every == 0) ||
-        (step == t.steps && config_.checkpoint.save_at_end);
+        !last.skipped &&
+        ((config_.checkpoint.save_every > 0 && step % config_.checkpoint.save_every == 0) ||
+         (step == t.steps && config_.checkpoint.save_at_end));
     if (save_now) save(checkpoint_path(config_.run_dir, step));
+    if (last.stop_requested) {
+      // Pre-emption: every rank agreed at this step, so every rank saves it and ends.
+      if (!save_now) save(checkpoint_path(config_.run_dir, step));
+      log_line(std::string("stopped by ") + stop_signal_name(stop_signal_received()) +
+               " at step " + std::to_string(step) + " of " + std::to_string(t.steps) +
+               "; resume with checkpoint.load=auto (or the checkpoint above)");
+      break;
+    }
   }
   return results;
 }

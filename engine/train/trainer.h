@@ -81,6 +81,9 @@ class Trainer {
   // The loss and its parts summed over pipeline stages, then over DP ranks.
   void sum_over_ranks(StepResult& result);
   double dp_sum(double value);
+  // Sets result.skipped (a non-finite loss or gradient norm on any rank) and
+  // result.stop_requested (a stop signal on any rank), agreed by the whole world.
+  void agree_on_step(StepResult& result);
   void write_metrics(const StepResult& result, double seconds, double comm_seconds,
                      int64_t steps_in_interval, MetricsFile* metrics);
 
@@ -106,6 +109,8 @@ class Trainer {
   LrSchedule schedule_;
   TrainingProgress progress_;
   StepInspector* inspector_ = nullptr;
+  int64_t consecutive_skips_ = 0;  // steps skipped in a row (non-finite), reset by a good one
+  int64_t skipped_steps_ = 0;      // skipped by this process since it started
   double flops_per_token_ = 0;
   double peak_gflops_ = 0;
 };
