@@ -28,6 +28,7 @@ struct StepResult {
   bool skipped = false;
   // A stop signal reached some rank before this step's agreement: every rank saves and ends.
   bool stop_requested = false;
+  int stop_signal = 0;  // which (the largest signal number any rank received)
   StepTimes times;
 };
 

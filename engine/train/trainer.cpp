@@ -255,7 +255,7 @@ void Trainer::agree_on_step(StepResult& result) {
   // norm), and whether any rank received a stop signal.
   torch::Tensor flags = torch::tensor({std::isfinite(result.loss) ? 0.0 : 1.0,
                                        std::isfinite(result.grad_norm) ? 0.0 : 1.0,
-                                       stop_signal_received() ? 1.0 : 0.0},
+                                       double(stop_signal_received())},
                                       torch::kDouble);
   mesh_.world().all_reduce(flags, parallel::ReduceOp::Max);
   // Every rank reports the same verdict: a value non-finite elsewhere reads NaN here.
@@ -263,7 +263,8 @@ void Trainer::agree_on_step(StepResult& result) {
   if (flags[1].item<double>() > 0 && std::isfinite(result.grad_norm))
     result.grad_norm = std::nan("");
   result.skipped = !std::isfinite(result.loss) || !std::isfinite(result.grad_norm);
-  result.stop_requested = flags[2].item<double>() > 0;
+  result.stop_signal = int(flags[2].item<double>());
+  result.stop_requested = result.stop_signal != 0;
 }
 
 double Trainer::dp_sum(double value) {
@@ -529,7 +530,7 @@ std::vector<StepResult> Trainer::run() {
     if (last.stop_requested) {
       // Pre-emption: every rank agreed at this step, so every rank saves it and ends.
       if (!save_now) save(checkpoint_path(config_.run_dir, step));
-      log_line(std::string("stopped by ") + stop_signal_name(stop_signal_received()) +
+      log_line(std::string("stopped by ") + stop_signal_name(last.stop_signal) +
                " at step " + std::to_string(step) + " of " + std::to_string(t.steps) +
                "; resume with checkpoint.load=auto (or the checkpoint above)");
       break;
