@@ -3,6 +3,7 @@
 // Bad input ends with one line "error: ..." and exit code 2.
 #include <mpi.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <boost/program_options.hpp>
 #include <iostream>
@@ -96,6 +97,7 @@ int train(int argc, char** argv, const parallel::MpiRuntime& mpi) {
             std::make_unique<engine::Trainer>(train_config, root ? &std::cout : nullptr, mesh);
       },
       mpi.world_rank());
+  trainer->set_terminal(root && isatty(STDOUT_FILENO));
   engine::install_stop_signal_handlers();  // SIGTERM/SIGINT: finish the step, save, exit 0
   trainer->run();
   return 0;

@@ -128,6 +128,7 @@ KeySpec spec(const char* path, const T& default_value, double min, double max, c
 #define RETORT_SPEC_PARALLEL(...) RETORT_SPEC(parallel., __VA_ARGS__)
 #define RETORT_SPEC_RUNTIME(...) RETORT_SPEC(runtime., __VA_ARGS__)
 #define RETORT_SPEC_MEMORY(...) RETORT_SPEC(memory., __VA_ARGS__)
+#define RETORT_SPEC_LOGGING(...) RETORT_SPEC(logging., __VA_ARGS__)
 
 std::vector<KeySpec> build_keys() {
   using distill::ActivationLoss;
@@ -143,7 +144,8 @@ std::vector<KeySpec> build_keys() {
                                       RETORT_CHECKPOINT_KEYS(RETORT_SPEC_CHECKPOINT)
                                           RETORT_PARALLEL_KEYS(RETORT_SPEC_PARALLEL)
                                               RETORT_MEMORY_KEYS(RETORT_SPEC_MEMORY)
-                                                  RETORT_RUNTIME_KEYS(RETORT_SPEC_RUNTIME)};
+                                                  RETORT_RUNTIME_KEYS(RETORT_SPEC_RUNTIME)
+                                                      RETORT_LOGGING_KEYS(RETORT_SPEC_LOGGING)};
 }
 
 }  // namespace

@@ -111,6 +111,16 @@ struct RuntimeConfig {
   RETORT_RUNTIME_KEYS(RETORT_FIELD)
 };
 
+#define RETORT_LOGGING_KEYS(KEY)                                                             \
+  KEY(bool, tensorboard, "logging.tensorboard", true, 0, 0,                                  \
+      "write TensorBoard event files (events.out.tfevents.*) beside metrics.jsonl")          \
+  KEY(std::vector<int64_t>, profile_steps, "logging.profile_steps", {}, 1, 1e12,             \
+      "[first, last]: write a Chrome trace (trace.json in run.dir) of these steps, empty = off")
+
+struct LoggingConfig {
+  RETORT_LOGGING_KEYS(RETORT_FIELD)
+};
+
 // The keys of the run itself.
 #define RETORT_RUN_KEYS(KEY)                                                                     \
   KEY(std::string, run_dir, "run.dir", "runs/default", 0, 0, "where checkpoints and metrics go") \
@@ -129,6 +139,7 @@ struct TrainConfig {
   ParallelConfig parallel;
   layers::MemoryConfig memory;
   RuntimeConfig runtime;
+  LoggingConfig logging;
   // Resolved by make_train_config:
   parallel::Layout layout;                   // data filled in for the world size
   std::vector<parallel::LayerRange> stages;  // the student's layers per pipeline stage

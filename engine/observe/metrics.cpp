@@ -59,6 +59,31 @@ std::string format_console_line(const StepMetrics& m) {
   return line;
 }
 
+std::string format_progress_line(const StepMetrics& m) {
+  char text[200];
+  std::snprintf(text, sizeof(text), "step %lld/%lld | loss %.4f | %.0f tok/s | MFU %.1f%% | ETA %s",
+                (long long)m.step, (long long)m.total_steps, m.loss, m.tokens_per_s, 100.0 * m.mfu,
+                format_duration(m.eta_s).c_str());
+  return text;
+}
+
+std::vector<std::pair<std::string, double>> metric_scalars(const StepMetrics& m) {
+  std::vector<std::pair<std::string, double>> scalars = {
+      {"loss", m.loss},
+      {"lr", m.lr},
+      {"grad_norm", m.grad_norm},
+      {"tokens_per_s", m.tokens_per_s},
+      {"mfu", m.mfu},
+      {"peak_mem_bytes", double(m.peak_mem_bytes)},
+      {"eta_s", m.eta_s},
+      {"exposed_comm_s", m.exposed_comm_s}};
+  if (m.valid_loss) scalars.emplace_back("valid_loss", *m.valid_loss);
+  for (const auto& [name, value] : m.parts) scalars.emplace_back(name, value);
+  for (const auto& [name, bytes] : m.peak_by_category)
+    scalars.emplace_back("peak_mem_by_category/" + name, double(bytes));
+  return scalars;
+}
+
 MetricsFile::MetricsFile(const std::string& path) : out_(path, std::ios::app) {
   if (!out_) throw UserError("cannot open metrics file '" + path + "'");
 }
@@ -72,7 +97,8 @@ void MetricsFile::write(const StepMetrics& m) {
                       {"mfu", m.mfu},
                       {"peak_mem_bytes", m.peak_mem_bytes},
                       {"eta_s", m.eta_s},
-                      {"exposed_comm_s", m.exposed_comm_s}};
+                      {"eta_s", m.eta_s},
+      {"exposed_comm_s", m.exposed_comm_s}};
   if (m.valid_loss) j["valid_loss"] = *m.valid_loss;
   for (const auto& [name, value] : m.parts) j[name] = value;
   if (!m.peak_by_category.empty()) j["peak_mem_by_category"] = m.peak_by_category;

@@ -7,6 +7,8 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace retort::engine {
 
@@ -27,6 +29,11 @@ struct StepMetrics {
 };
 
 std::string format_console_line(const StepMetrics& m);
+// The short line a terminal redraws in place after every step.
+std::string format_progress_line(const StepMetrics& m);
+// Every value of m as (tag, value), the memory split as "peak_mem_by_category/<name>":
+// what TensorBoard records.
+std::vector<std::pair<std::string, double>> metric_scalars(const StepMetrics& m);
 std::string format_bytes(int64_t bytes);
 std::string format_duration(double seconds);
 

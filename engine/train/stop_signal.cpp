@@ -12,7 +12,9 @@ namespace {
 
 std::atomic<int> received_signal{0};
 
-void write_stderr(const char* text) { (void)!::write(STDERR_FILENO, text, std::strlen(text)); }
+void write_stderr(const char* text) {
+  (void)!::write(STDERR_FILENO, text, std::strlen(text));
+}
 
 // Async-signal-safe: an atomic exchange, write(2) and _exit(2) only.
 void on_stop_signal(int signal) {
@@ -36,7 +38,9 @@ void install_stop_signal_handlers() {
   sigaction(SIGINT, &action, nullptr);
 }
 
-int stop_signal_received() { return received_signal.load(); }
+int stop_signal_received() {
+  return received_signal.load();
+}
 
 const char* stop_signal_name(int signal) {
   return signal == SIGTERM ? "SIGTERM" : signal == SIGINT ? "SIGINT" : "signal";

@@ -10,12 +10,12 @@
 
 #include "common/fault_injection.h"
 #include "common/user_error.h"
-#include "engine/train/stop_signal.h"
 #include "engine/data/batches.h"
 #include "engine/hf/hf_model.h"
 #include "engine/observe/gemm_peak.h"
 #include "engine/observe/memory_tracker.h"
 #include "engine/observe/metrics.h"
+#include "engine/train/stop_signal.h"
 #include "layers/sharding.h"
 #include "parallel/communicator.h"
 
@@ -43,6 +43,7 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
                  std::unique_ptr<parallel::Mesh> own_mesh, parallel::Mesh* mesh)
     : config_(config),
       log_(log),
+      console_(log, false),
       own_mesh_(std::move(own_mesh)),
       mesh_(mesh ? *mesh : *own_mesh_),
       dtype_(config.dtype == DType::float64 ? torch::kDouble : torch::kFloat) {
@@ -246,17 +247,17 @@ void Trainer::build_distiller() {
 }
 
 void Trainer::log_line(const std::string& line) {
-  if (log_) *log_ << line << std::endl;
+  console_.line(line);
 }
 
 void Trainer::agree_on_step(StepResult& result) {
   // One all-reduce of the world per step: whether any rank saw a non-finite loss or gradient
   // norm (a NaN in a replicated parameter's gradient on one TP rank enters only that rank's
   // norm), and whether any rank received a stop signal.
-  torch::Tensor flags = torch::tensor({std::isfinite(result.loss) ? 0.0 : 1.0,
-                                       std::isfinite(result.grad_norm) ? 0.0 : 1.0,
-                                       double(stop_signal_received())},
-                                      torch::kDouble);
+  torch::Tensor flags =
+      torch::tensor({std::isfinite(result.loss) ? 0.0 : 1.0,
+                     std::isfinite(result.grad_norm) ? 0.0 : 1.0, double(stop_signal_received())},
+                    torch::kDouble);
   mesh_.world().all_reduce(flags, parallel::ReduceOp::Max);
   // Every rank reports the same verdict: a value non-finite elsewhere reads NaN here.
   if (flags[0].item<double>() > 0 && std::isfinite(result.loss)) result.loss = std::nan("");
@@ -435,7 +436,8 @@ void Trainer::save(const std::string& path) {
 }
 
 void Trainer::write_metrics(const StepResult& r, double seconds, double comm_seconds,
-                            int64_t steps_in_interval, MetricsFile* metrics) {
+                            int64_t steps_in_interval, MetricsFile* metrics,
+                            TensorBoardWriter* events) {
   const TrainingConfig& t = config_.training;
   StepMetrics m;
   m.step = r.step;
@@ -465,14 +467,30 @@ void Trainer::write_metrics(const StepResult& r, double seconds, double comm_sec
   }
   log_line(format_console_line(m));
   if (metrics) metrics->write(m);
+  if (events) events->write_scalars(m.step, metric_scalars(m));
+}
+
+void Trainer::show_progress(const StepResult& r, double seconds) {
+  if (!console_.terminal()) return;
+  const TrainingConfig& t = config_.training;
+  StepMetrics m;
+  m.step = r.step;
+  m.total_steps = t.steps;
+  m.loss = r.loss;
+  m.tokens_per_s = double(t.global_batch * config_.data.seq_len) / seconds;
+  m.mfu = m.tokens_per_s * flops_per_token_ / (peak_gflops_ * 1e9 * mesh_.world().size());
+  m.eta_s = seconds * double(t.steps - r.step);
+  console_.progress(format_progress_line(m));
 }
 
 std::vector<StepResult> Trainer::run() {
   const TrainingConfig& t = config_.training;
   std::unique_ptr<MetricsFile> metrics;
+  std::unique_ptr<TensorBoardWriter> events;
   if (is_root()) {
     fs::create_directories(config_.run_dir);
     metrics = std::make_unique<MetricsFile>((fs::path(config_.run_dir) / "metrics.jsonl").string());
+    if (config_.logging.tensorboard) events = std::make_unique<TensorBoardWriter>(config_.run_dir);
   }
   MemoryTracker::install();
   std::vector<StepResult> results;
@@ -486,7 +504,9 @@ std::vector<StepResult> Trainer::run() {
   double interval_comm_start = parallel::exposed_communication_seconds();
   int64_t interval_steps = 0;
   while (progress_.step < t.steps) {
+    const auto step_start = clock::now();
     results.push_back(train_step());
+    show_progress(results.back(), seconds_since(step_start));
     ++interval_steps;
     const int64_t step = progress_.step;
     const StepResult& last = results.back();
@@ -497,9 +517,8 @@ std::vector<StepResult> Trainer::run() {
       std::snprintf(text, sizeof(text),
                     "step %lld skipped: non-finite %s (loss %g, grad norm %g); %lld in a row, "
                     "limit training.max_skipped_steps=%lld",
-                    (long long)step, std::isfinite(last.loss) ? "gradient norm" : "loss",
-                    last.loss, last.grad_norm, (long long)consecutive_skips_,
-                    (long long)t.max_skipped_steps);
+                    (long long)step, std::isfinite(last.loss) ? "gradient norm" : "loss", last.loss,
+                    last.grad_norm, (long long)consecutive_skips_, (long long)t.max_skipped_steps);
       log_line(text);
       if (metrics) metrics->write_skipped(step, last.loss, last.grad_norm, skipped_steps_);
       if (consecutive_skips_ >= t.max_skipped_steps)
@@ -516,7 +535,7 @@ std::vector<StepResult> Trainer::run() {
     if (step % t.log_every == 0 || step == t.steps || eval_now) {
       write_metrics(results.back(), seconds_since(interval_start),
                     parallel::exposed_communication_seconds() - interval_comm_start, interval_steps,
-                    metrics.get());
+                    metrics.get(), events.get());
       interval_start = clock::now();
       interval_comm_start = parallel::exposed_communication_seconds();
       interval_steps = 0;
@@ -530,8 +549,8 @@ std::vector<StepResult> Trainer::run() {
     if (last.stop_requested) {
       // Pre-emption: every rank agreed at this step, so every rank saves it and ends.
       if (!save_now) save(checkpoint_path(config_.run_dir, step));
-      log_line(std::string("stopped by ") + stop_signal_name(last.stop_signal) +
-               " at step " + std::to_string(step) + " of " + std::to_string(t.steps) +
+      log_line(std::string("stopped by ") + stop_signal_name(last.stop_signal) + " at step " +
+               std::to_string(step) + " of " + std::to_string(t.steps) +
                "; resume with checkpoint.load=auto (or the checkpoint above)");
       break;
     }

@@ -16,7 +16,9 @@
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/config/train_config.h"
 #include "engine/data/data_setup.h"
+#include "engine/observe/console_log.h"
 #include "engine/observe/metrics.h"
+#include "engine/observe/tensorboard.h"
 #include "engine/optim/adamw.h"
 #include "engine/optim/grad_hooks.h"
 #include "engine/optim/grad_sync.h"
@@ -58,6 +60,8 @@ class Trainer {
   const layers::TensorParallel& tensor_parallel() const { return tp_; }
   parallel::Mesh& mesh() { return mesh_; }
   void set_inspector(StepInspector* inspector) { inspector_ = inspector; }
+  // The log stream is a terminal: a progress line is redrawn in place after every step.
+  void set_terminal(bool terminal) { console_ = ConsoleLog(log_, terminal); }
   bool is_root() const { return mesh_.world_rank() == 0; }
   // This rank's pipeline stage: its layers, embedding and head.
   const layers::ModelStage& stage() const { return model_->stage(); }
@@ -85,10 +89,13 @@ class Trainer {
   // result.stop_requested (a stop signal on any rank), agreed by the whole world.
   void agree_on_step(StepResult& result);
   void write_metrics(const StepResult& result, double seconds, double comm_seconds,
-                     int64_t steps_in_interval, MetricsFile* metrics);
+                     int64_t steps_in_interval, MetricsFile* metrics, TensorBoardWriter* events);
+  // The terminal's progress line after a step that took `seconds`.
+  void show_progress(const StepResult& result, double seconds);
 
   TrainConfig config_;
   std::ostream* log_;
+  ConsoleLog console_;
   std::unique_ptr<parallel::Mesh> own_mesh_;  // single process only
   parallel::Mesh& mesh_;
   layers::TensorParallel tp_;
