@@ -136,6 +136,7 @@ Handle& Handle::operator=(Handle&& other) noexcept {
     if (pending()) wait();
     requests_ = std::move(other.requests_);
     finish_ = std::move(other.finish_);
+    label_ = other.label_;
     other.requests_.clear();
     other.finish_ = nullptr;
   }
@@ -147,7 +148,7 @@ Handle::~Handle() {
 void Handle::wait() {
   if (!requests_.empty()) {
     BlockedTime blocked;
-    MPI_Waitall(int(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
+    wait_or_abort(requests_, label_);
   }
   requests_.clear();
   if (finish_) {
@@ -273,7 +274,7 @@ Handle Communicator::all_reduce_async(torch::Tensor& t, ReduceOp op) {
     MPI_Iallreduce(MPI_IN_PLACE, element(t, offset), n, mpi_type(t), mpi_op(op), comm_, &r);
     requests.push_back(r);
   });
-  return Handle(std::move(requests), [t] {});
+  return labelled(Handle(std::move(requests), [t] {}), "all_reduce");
 }
 
 torch::Tensor Communicator::all_gather(const torch::Tensor& tensor, int64_t dim) {
@@ -311,12 +312,12 @@ Handle Communicator::all_gather_flat_async(const torch::Tensor& in, torch::Tenso
   if (in.numel() > max_elements) {  // each rank broadcasts its part, in pieces
     out.view({-1}).narrow(0, rank_ * in.numel(), in.numel()).copy_(in.reshape({-1}));
     broadcast_parts_from_owners(out, std::vector<int64_t>(size_, in.numel()), requests);
-    return Handle(std::move(requests), [in, out] {});
+    return labelled(Handle(std::move(requests), [in, out] {}), "all_gather");
   }
   MPI_Request request;
   MPI_Iallgather(in.data_ptr(), int(in.numel()), mpi_type(in), out.data_ptr(), int(in.numel()),
                  mpi_type(out), comm_, &request);
-  return Handle(request, [in, out] {});
+  return labelled(Handle(request, [in, out] {}), "all_gather");
 }
 
 Handle Communicator::reduce_scatter_flat_async(const torch::Tensor& in, torch::Tensor& out) {
@@ -331,12 +332,12 @@ Handle Communicator::reduce_scatter_flat_async(const torch::Tensor& in, torch::T
   if (out.numel() > max_elements) {  // each rank's part reduced onto it, in pieces
     std::vector<MPI_Request> requests;
     reduce_parts_to_owners(in, out, std::vector<int64_t>(size_, out.numel()), requests);
-    return Handle(std::move(requests), [in, out] {});
+    return labelled(Handle(std::move(requests), [in, out] {}), "reduce_scatter");
   }
   MPI_Request request;
   MPI_Ireduce_scatter_block(in.data_ptr(), out.data_ptr(), int(out.numel()), mpi_type(in), MPI_SUM,
                             comm_, &request);
-  return Handle(request, [in, out] {});
+  return labelled(Handle(request, [in, out] {}), "reduce_scatter");
 }
 
 Handle Communicator::reduce_scatter_v_async(const torch::Tensor& in, torch::Tensor& out,
@@ -348,14 +349,14 @@ Handle Communicator::reduce_scatter_v_async(const torch::Tensor& in, torch::Tens
   if (!fits(counts)) {
     std::vector<MPI_Request> requests;
     reduce_parts_to_owners(in, out, counts, requests);
-    return Handle(std::move(requests), [in, out] {});
+    return labelled(Handle(std::move(requests), [in, out] {}), "reduce_scatter_v");
   }
   // The count array must live until the operation completes.
   auto int_counts = std::make_shared<std::vector<int>>(counts.begin(), counts.end());
   MPI_Request request;
   MPI_Ireduce_scatter(in.data_ptr(), out.data_ptr(), int_counts->data(), mpi_type(in), MPI_SUM,
                       comm_, &request);
-  return Handle(request, [int_counts, in, out] {});
+  return labelled(Handle(request, [int_counts, in, out] {}), "reduce_scatter_v");
 }
 
 Handle Communicator::all_gather_v_async(const torch::Tensor& in, torch::Tensor& out,
@@ -368,7 +369,7 @@ Handle Communicator::all_gather_v_async(const torch::Tensor& in, torch::Tensor& 
     std::vector<MPI_Request> requests;
     out.narrow(0, offsets_of(counts)[rank_], counts[rank_]).copy_(in);
     broadcast_parts_from_owners(out, counts, requests);
-    return Handle(std::move(requests), [in, out] {});
+    return labelled(Handle(std::move(requests), [in, out] {}), "all_gather_v");
   }
   const std::vector<int64_t> offsets = offsets_of(counts);
   auto displacements = std::make_shared<std::vector<int>>(offsets.begin(), offsets.end());
@@ -377,7 +378,7 @@ Handle Communicator::all_gather_v_async(const torch::Tensor& in, torch::Tensor& 
   MPI_Iallgatherv(in.data_ptr(), int(in.numel()), mpi_type(in), out.data_ptr(), kept_counts->data(),
                   displacements->data(), mpi_type(out), comm_, &request);
   // The count and displacement arrays must live until the operation completes.
-  return Handle(request, [kept_counts, displacements, in, out] {});
+  return labelled(Handle(request, [kept_counts, displacements, in, out] {}), "all_gather_v");
 }
 
 void Communicator::broadcast(torch::Tensor& t, int root) {
@@ -387,11 +388,14 @@ void Communicator::broadcast(torch::Tensor& t, int root) {
     nccl().broadcast(t.data_ptr(), t.numel(), nccl_type(t), root);
     return nccl().synchronize();
   }
-  BlockedTime blocked;
-  if (size_ > 1)
-    for_each_piece(t.numel(), [&](int64_t offset, int n) {
-      MPI_Bcast(element(t, offset), n, mpi_type(t), root, comm_);
-    });
+  if (size_ == 1) return;
+  std::vector<MPI_Request> requests;
+  for_each_piece(t.numel(), [&](int64_t offset, int n) {
+    MPI_Request r;
+    MPI_Ibcast(element(t, offset), n, mpi_type(t), root, comm_, &r);
+    requests.push_back(r);
+  });
+  labelled(Handle(std::move(requests), [t] {}), "broadcast").wait();
 }
 
 void Communicator::send(const torch::Tensor& t, int destination, int tag) {
@@ -415,7 +419,7 @@ Handle Communicator::send_async(const torch::Tensor& t, int destination, int tag
     requests.push_back(r);
   });
   torch::Tensor keep_alive = t;  // the buffer must outlive the send
-  return Handle(std::move(requests), [keep_alive] {});
+  return labelled(Handle(std::move(requests), [keep_alive] {}), "send");
 }
 
 Handle Communicator::recv_async(torch::Tensor& t, int source, int tag) {
@@ -431,13 +435,20 @@ Handle Communicator::recv_async(torch::Tensor& t, int source, int tag) {
     MPI_Irecv(element(t, offset), n, mpi_type(t), source, tag, comm_, &r);
     requests.push_back(r);
   });
-  return Handle(std::move(requests), [t] {});
+  return labelled(Handle(std::move(requests), [t] {}), "recv");
 }
 
 void Communicator::barrier() {
   count("barrier", 0);
-  BlockedTime blocked;
-  if (size_ > 1) MPI_Barrier(comm_);
+  if (size_ == 1) return;
+  MPI_Request request;
+  MPI_Ibarrier(comm_, &request);
+  labelled(Handle(request, nullptr), "barrier").wait();
+}
+
+Handle Communicator::labelled(Handle handle, const char* op) const {
+  handle.set_label({op, &name_, comm_});
+  return handle;
 }
 
 }  // namespace retort::parallel

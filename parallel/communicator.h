@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "parallel/collective_watchdog.h"
+
 namespace retort::parallel {
 
 enum class ReduceOp { Sum, Max };
@@ -44,10 +46,13 @@ class Handle {
   void wait();
   bool test();  // drives progress; true once complete (finish has then run)
   bool pending() const { return !requests_.empty(); }
+  // What the wait is for, named if it times out (collective_watchdog.h).
+  void set_label(const WaitLabel& label) { label_ = label; }
 
  private:
   std::vector<MPI_Request> requests_;
   std::function<void()> finish_;
+  WaitLabel label_;
 };
 
 class NcclBackend;
@@ -102,6 +107,8 @@ class Communicator {
 
  private:
   explicit Communicator(std::string name);  // see single()
+  // `handle` labelled with the operation `op` on this group, for the watchdog's report.
+  Handle labelled(Handle handle, const char* op) const;
   void count(const std::string& op, int64_t bytes);
   // The rooted forms behind split block / variable collectives: rank r's part
   // [offsets[r], offsets[r] + counts[r]) of `data` reduced onto r from every rank's `in`, or

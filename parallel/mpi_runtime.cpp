@@ -3,6 +3,8 @@
 
 #include <mpi.h>
 
+#include "parallel/collective_watchdog.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <thread>
@@ -28,6 +30,7 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
   int length = 0;
   MPI_Get_processor_name(name, &length);
   host_.assign(name, length);
+  init_collective_watchdog();
 }
 
 MpiRuntime::~MpiRuntime() {

@@ -105,7 +105,10 @@ struct ParallelConfig {
   KEY(int64_t, threads, "runtime.threads", 0, 0, 1024,                               \
       "intra-op threads, 0 = cores / local ranks")                                   \
   KEY(double, peak_gflops, "runtime.peak_gflops", 0, 0, kUnbounded,                  \
-      "peak GFLOP/s per rank for MFU, 0 = measure an fp32 GEMM at start")
+      "peak GFLOP/s per rank for MFU, 0 = measure an fp32 GEMM at start")            \
+  KEY(double, collective_timeout_s, "runtime.collective_timeout_s", 600, 0, kUnbounded, \
+      "end the job when a collective or transfer waits longer, naming the ranks that "  \
+      "do not answer (dead or frozen); 0 = wait forever")
 
 struct RuntimeConfig {
   RETORT_RUNTIME_KEYS(RETORT_FIELD)

@@ -48,6 +48,7 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
       mesh_(mesh ? *mesh : *own_mesh_),
       dtype_(config.dtype == DType::float64 ? torch::kDouble : torch::kFloat) {
   MemoryTracker& memory = MemoryTracker::install();  // before the first parameter
+  parallel::set_collective_timeout(config_.runtime.collective_timeout_s);
   if (config_.runtime.device == Device::cuda)
     throw UserError(torch::cuda::is_available()
                         ? "runtime.device=cuda: placing the model on the GPU is not built yet; "

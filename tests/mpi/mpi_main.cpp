@@ -8,6 +8,8 @@
 
 #include <string>
 
+#include "parallel/collective_watchdog.h"
+
 namespace {
 
 class FailurePrinter : public ::testing::EmptyTestEventListener {
@@ -36,6 +38,7 @@ int main(int argc, char** argv) {
   MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  retort::parallel::init_collective_watchdog();  // trainers set the timeout from their config
   torch::set_num_threads(1);
   ::testing::InitGoogleTest(&argc, argv);
   if (rank != 0) {

@@ -1,0 +1,163 @@
+// parallel/collective_watchdog.cpp: see collective_watchdog.h.
+//
+// Protocol on the private communicator (ranks = world ranks): a rank whose wait passed half
+// the timeout sends kProbe to each other member of the waited-on group, once per wait.
+// Every rank, while it waits in anything, answers each probe with kAnswer carrying a line
+// saying what it waits in. A frozen process (SIGSTOP, a deadlock outside MPI, an endless
+// loop) never answers. Sends are fire-and-forget from buffers that live for the process.
+#include "parallel/collective_watchdog.h"
+
+#include <sched.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <set>
+
+namespace retort::parallel {
+namespace {
+
+constexpr int kProbe = 1, kAnswer = 2;
+constexpr int kAnswerBytes = 200;
+
+MPI_Comm liveness = MPI_COMM_NULL;
+double timeout_seconds = 0;
+int my_rank = 0;
+std::deque<std::string> sent_answers;  // buffers of answers in flight (MPI reads them late)
+
+// World ranks of the members of `group`.
+std::vector<int> world_ranks_of(MPI_Comm group) {
+  MPI_Group g, world;
+  MPI_Comm_group(group, &g);
+  MPI_Comm_group(MPI_COMM_WORLD, &world);
+  int size = 0;
+  MPI_Group_size(g, &size);
+  std::vector<int> local(size), global(size);
+  for (int i = 0; i < size; ++i) local[i] = i;
+  MPI_Group_translate_ranks(g, size, local.data(), world, global.data());
+  MPI_Group_free(&g);
+  MPI_Group_free(&world);
+  return global;
+}
+
+std::string describe(const WaitLabel& label, double seconds) {
+  char text[kAnswerBytes];
+  std::snprintf(text, sizeof(text), "rank %d waits in %s on group '%s' for %.1f s", my_rank,
+                label.op, label.group_name ? label.group_name->c_str() : "?", seconds);
+  return text;
+}
+
+// Answers every probe that has arrived with what this rank waits in.
+void answer_probes(const WaitLabel& label, double seconds) {
+  int arrived = 1;
+  while (arrived) {
+    MPI_Status status;
+    MPI_Iprobe(MPI_ANY_SOURCE, kProbe, liveness, &arrived, &status);
+    if (!arrived) break;
+    int asker = 0;
+    MPI_Recv(&asker, 1, MPI_INT, status.MPI_SOURCE, kProbe, liveness, MPI_STATUS_IGNORE);
+    if (sent_answers.size() > 64) sent_answers.pop_front();  // long delivered
+    sent_answers.push_back(describe(label, seconds));
+    sent_answers.back().resize(kAnswerBytes);
+    MPI_Request request;
+    MPI_Isend(sent_answers.back().data(), kAnswerBytes, MPI_CHAR, asker, kAnswer, liveness,
+              &request);
+    MPI_Request_free(&request);
+  }
+}
+
+// Collects the answers that have arrived: world rank -> its line.
+void collect_answers(std::vector<std::pair<int, std::string>>& answers) {
+  int arrived = 1;
+  while (arrived) {
+    MPI_Status status;
+    MPI_Iprobe(MPI_ANY_SOURCE, kAnswer, liveness, &arrived, &status);
+    if (!arrived) break;
+    char text[kAnswerBytes];
+    MPI_Recv(text, kAnswerBytes, MPI_CHAR, status.MPI_SOURCE, kAnswer, liveness,
+             MPI_STATUS_IGNORE);
+    text[kAnswerBytes - 1] = 0;
+    answers.emplace_back(status.MPI_SOURCE, text);
+  }
+}
+
+[[noreturn]] void report_and_abort(const WaitLabel& label, const std::vector<int>& members,
+                                   const std::vector<std::pair<int, std::string>>& answers) {
+  std::set<int> answered;
+  for (const auto& a : answers) answered.insert(a.first);
+  std::string silent, ranks;
+  for (int r : members) {
+    ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
+    if (r != my_rank && !answered.count(r)) silent += (silent.empty() ? "" : ", ") + std::to_string(r);
+  }
+  std::fprintf(stderr,
+               "retort: rank %d: %s on group '%s' (world ranks %s) did not complete within "
+               "runtime.collective_timeout_s=%g s. %s\n",
+               my_rank, label.op, label.group_name ? label.group_name->c_str() : "?",
+               ranks.c_str(), timeout_seconds,
+               silent.empty() ? "Every member answered; the stall is in another group."
+                              : ("No answer from rank(s) " + silent +
+                                 " of that group: dead or not responding (frozen, deadlocked).")
+                                    .c_str());
+  for (const auto& a : answers) std::fprintf(stderr, "retort:   answer: %s\n", a.second.c_str());
+  std::fprintf(stderr, "retort: ending the job.\n");
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 4);
+  std::abort();  // MPI_Abort does not return
+}
+
+}  // namespace
+
+void init_collective_watchdog() {
+  if (liveness != MPI_COMM_NULL) return;
+  MPI_Comm_rank(MPI_COMM_WORLD, &my_rank);
+  MPI_Comm_dup(MPI_COMM_WORLD, &liveness);
+}
+
+void set_collective_timeout(double seconds) { timeout_seconds = seconds; }
+double collective_timeout() { return timeout_seconds; }
+
+void wait_or_abort(std::vector<MPI_Request>& requests, const WaitLabel& label) {
+  if (timeout_seconds <= 0 || liveness == MPI_COMM_NULL) {
+    MPI_Waitall(int(requests.size()), requests.data(), MPI_STATUSES_IGNORE);
+    return;
+  }
+  using clock = std::chrono::steady_clock;
+  const auto start = clock::now();
+  bool probed = false;
+  std::vector<int> members;
+  std::vector<std::pair<int, std::string>> answers;
+  double previous_poll = 0;
+  for (;;) {
+    int done = 0;
+    MPI_Testall(int(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE);
+    if (done) return;
+    const double waited = std::chrono::duration<double>(clock::now() - start).count();
+    if (waited - previous_poll > 0.25 * timeout_seconds) {
+      // This process itself did not run for that long (stopped, then continued): its clock
+      // says nothing about the others. Start over rather than accuse them.
+      std::fprintf(stderr, "retort: rank %d was not running for %.1f s (stopped or starved)\n",
+                   my_rank, waited - previous_poll);
+      wait_or_abort(requests, label);
+      return;
+    }
+    previous_poll = waited;
+    answer_probes(label, waited);
+    if (!probed && waited >= 0.5 * timeout_seconds) {
+      probed = true;
+      members = label.group != MPI_COMM_NULL ? world_ranks_of(label.group) : std::vector<int>{};
+      for (int r : members) {
+        if (r == my_rank) continue;
+        MPI_Request request;
+        MPI_Isend(&my_rank, 1, MPI_INT, r, kProbe, liveness, &request);
+        MPI_Request_free(&request);
+      }
+    }
+    if (probed) collect_answers(answers);
+    if (waited >= timeout_seconds) report_and_abort(label, members, answers);
+    sched_yield();  // ranks may outnumber cores
+  }
+}
+
+}  // namespace retort::parallel

@@ -1,0 +1,35 @@
+// parallel/collective_watchdog.h: no rank waits forever. Every blocking wait on MPI requests
+// (Handle::wait, so every collective, send and receive of a Communicator) goes through
+// wait_or_abort: with a timeout set (runtime.collective_timeout_s) it polls, and from half the
+// timeout on asks the group's other members, over a private duplicate of MPI_COMM_WORLD,
+// whether they are alive; any rank that is itself waiting answers with what it waits in.
+// At the timeout it prints which operation on which group stalled, who did not answer (a
+// frozen or dead rank) and what the others wait in, then ends the job (MPI_Abort). A rank
+// that dies outright is also caught by mpirun, which ends the job when a process exits.
+// No torch here.
+#pragma once
+#include <mpi.h>
+
+#include <string>
+#include <vector>
+
+namespace retort::parallel {
+
+// Collective over MPI_COMM_WORLD, once per process after MPI_Init (MpiRuntime and the MPI
+// test main call it): creates the private communicator the liveness probes travel on.
+void init_collective_watchdog();
+// Seconds a wait may last before the job is ended; 0 turns the watchdog off (plain waits).
+void set_collective_timeout(double seconds);
+double collective_timeout();
+
+// What a wait is for: the operation and the group (named, with its MPI communicator).
+struct WaitLabel {
+  const char* op = "wait";
+  const std::string* group_name = nullptr;
+  MPI_Comm group = MPI_COMM_NULL;
+};
+
+// MPI_Waitall on `requests`, or, past the timeout, a report on stderr and MPI_Abort.
+void wait_or_abort(std::vector<MPI_Request>& requests, const WaitLabel& label);
+
+}  // namespace retort::parallel
