@@ -65,4 +65,28 @@ torch::Tensor Attention::forward(const torch::Tensor& x, const torch::Tensor& ro
   return o_->forward(out);
 }
 
+torch::Tensor Attention::forward_cached(const torch::Tensor& x, const torch::Tensor& rope_cos,
+                                        const torch::Tensor& rope_sin, const torch::Tensor& mask,
+                                        torch::Tensor& keys, torch::Tensor& values,
+                                        int64_t position, int64_t capacity) const {
+  const int64_t b = x.size(0), n = x.size(1);
+  auto heads = [&](const torch::Tensor& y) {
+    return y.view({b, n, -1, head_dim_}).transpose(1, 2);  // [b, local heads, n, d]
+  };
+  torch::Tensor q = apply_rope(heads(q_->forward(x)), rope_cos, rope_sin);
+  torch::Tensor k = apply_rope(heads(k_->forward(x)), rope_cos, rope_sin);
+  torch::Tensor v = heads(v_->forward(x));
+  if (!keys.defined()) {
+    keys = torch::empty({b, k.size(1), capacity, head_dim_}, k.options());
+    values = torch::empty_like(keys);
+  }
+  TORCH_CHECK(position + n <= keys.size(2), "KV cache full: ", position + n, " positions, room for ",
+              keys.size(2));
+  keys.narrow(2, position, n).copy_(k);
+  values.narrow(2, position, n).copy_(v);
+  torch::Tensor core = grouped_attention(q, keys.narrow(2, 0, position + n),
+                                         values.narrow(2, 0, position + n), mask);
+  return o_->forward(core.transpose(1, 2).reshape({b, n, -1}));
+}
+
 }  // namespace retort::layers

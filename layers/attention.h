@@ -24,6 +24,14 @@ class Attention {
                         const torch::Tensor& rope_sin, const torch::Tensor& mask,
                         const RecomputePolicy& recompute = {},
                         const KernelPolicy& kernels = {}) const;
+  // Incremental decoding (no autograd, no sequence parallelism): x [b, n, h] holds the new
+  // tokens at positions position .. position+n-1 (rope_cos/sin for those rows, mask
+  // [n, position+n]); their keys and values go into keys/values [b, kv, capacity, d] at
+  // `position`, and the queries attend to everything cached up to them.
+  torch::Tensor forward_cached(const torch::Tensor& x, const torch::Tensor& rope_cos,
+                               const torch::Tensor& rope_sin, const torch::Tensor& mask,
+                               torch::Tensor& keys, torch::Tensor& values, int64_t position,
+                               int64_t capacity) const;
   int64_t window() const { return window_; }
 
  private:

@@ -92,4 +92,14 @@ torch::Tensor Block::forward_parts(const torch::Tensor& x, const BlockContext& c
   return out;
 }
 
+torch::Tensor Block::forward_cached(const torch::Tensor& x, const BlockContext& context,
+                                    KvCache& cache, int64_t position) const {
+  torch::Tensor mixer = attention_.forward_cached(
+      tp_.enter_column(rms_norm(x, attn_norm_, norm_eps_)), context.rope_cos, context.rope_sin,
+      context.mask_for(attention_.window()), cache.keys[size_t(index_)],
+      cache.values[size_t(index_)], position, cache.capacity);
+  torch::Tensor h = x + mixer;
+  return h + mlp_.forward(tp_.enter_column(rms_norm(h, mlp_norm_, norm_eps_)));
+}
+
 }  // namespace retort::layers

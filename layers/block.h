@@ -14,6 +14,7 @@
 #include "layers/attention.h"
 #include "layers/capture.h"
 #include "layers/kernel_policy.h"
+#include "layers/kv_cache.h"
 #include "layers/mlp.h"
 #include "layers/model_config.h"
 #include "layers/parameters.h"
@@ -44,6 +45,11 @@ class Block {
   // losses on them backpropagate into it.
   torch::Tensor forward(const torch::Tensor& x, const BlockContext& context,
                         CaptureSink* sink) const;
+  // Incremental decoding: x [b, n, h] at positions position..position+n-1, with the RoPE
+  // rows of those positions and each window's mask [n, position+n] in `context`; this
+  // block's keys and values are appended to `cache` (see KvCache).
+  torch::Tensor forward_cached(const torch::Tensor& x, const BlockContext& context,
+                               KvCache& cache, int64_t position) const;
   int64_t index() const { return index_; }
 
  private:

@@ -92,6 +92,34 @@ torch::Tensor LlamaModel::loss_sum(const torch::Tensor& tokens, const torch::Ten
   return head_loss_sum(run_blocks(embed(tokens), tokens.size(1), sink), targets);
 }
 
+torch::Tensor LlamaModel::forward_cached(const torch::Tensor& tokens, KvCache& cache) const {
+  TORCH_CHECK(stage_.embedding && stage_.head, "forward_cached needs the whole model");
+  TORCH_CHECK(!tp_.sequence_parallel, "forward_cached runs without sequence parallelism");
+  const int64_t n = tokens.size(1), position = cache.length;
+  TORCH_CHECK(cache.capacity >= position + n, "KV cache of ", cache.capacity,
+              " positions cannot take ", position + n);
+  if (cache.keys.empty()) {
+    cache.keys.resize(blocks_.size());
+    cache.values.resize(blocks_.size());
+  }
+  torch::Tensor x = embed(tokens);
+  BlockContext context;
+  context.kernels.attention_block_rows = 0;  // dense masks over the cached positions
+  std::tie(context.rope_cos, context.rope_sin) =
+      rope_tables(n, config_.head_dim(), config_.rope_theta, position, x.options());
+  context.mask_full = attention_mask(n, position + n, position, 0, x.options());
+  for (int64_t layer = 0; layer < config_.layers; ++layer) {
+    const int64_t w = config_.window_of_layer(layer);
+    if (w > 0 && !context.mask_by_window.count(w))
+      context.mask_by_window[w] = attention_mask(n, position + n, position, w, x.options());
+  }
+  for (const Block& block : blocks_) x = block.forward_cached(x, context, cache, position);
+  cache.length = position + n;
+  torch::Tensor normed = rms_norm(x, final_norm_, config_.norm_eps);
+  return mask_padded_logits(torch::matmul(tp_.enter_column(normed), lm_head_.t()),
+                            config_.vocab_size, tp_);
+}
+
 int64_t count_targets(const torch::Tensor& targets) {
   return targets.ne(kIgnoreIndex).sum().item<int64_t>();
 }

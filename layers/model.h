@@ -16,6 +16,7 @@
 #include "layers/block.h"
 #include "layers/capture.h"
 #include "layers/head_grad_sink.h"
+#include "layers/kv_cache.h"
 #include "layers/model_config.h"
 #include "layers/parameters.h"
 #include "layers/tensor_parallel.h"
@@ -44,6 +45,12 @@ class LlamaModel {
   // the same value on every TP rank.
   torch::Tensor loss_sum(const torch::Tensor& tokens, const torch::Tensor& targets,
                          CaptureSink* sink = nullptr) const;
+
+  // Whole model, no sequence parallelism, no autograd: the logits [b, n, padded_vocab / tp]
+  // (padding -inf) of `tokens` [b, n], which continue the cache's positions; their keys and
+  // values are added to `cache` (capacity positions, allocated on first use). Equal to
+  // forward() of the whole sequence at those positions.
+  torch::Tensor forward_cached(const torch::Tensor& tokens, KvCache& cache) const;
 
   // The pieces a pipeline stage runs. The hidden state is [b, s, h] ([b, s/tp, h] under STP).
   torch::Tensor embed(const torch::Tensor& tokens) const;  // first stage

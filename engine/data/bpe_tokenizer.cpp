@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "common/user_error.h"
 #include "engine/data/utf8.h"
@@ -138,6 +139,10 @@ struct BpeTokenizer::Impl {
   std::optional<int64_t> eos;
   std::array<std::string, 256> bytes = byte_characters();
   mutable std::unordered_map<std::string, std::vector<int64_t>> cache;
+  // For decode, built on its first call.
+  mutable std::vector<std::string> id_to_token;
+  mutable std::unordered_set<int64_t> special;
+  mutable std::unordered_map<std::string, char> byte_of;
 
   [[noreturn]] void refuse(const std::string& what) const {
     throw UserError("tokenizer '" + source + "': " + what + " is not supported");
@@ -359,6 +364,40 @@ std::vector<int64_t> BpeTokenizer::encode(std::string_view raw, bool add_special
   }
   if (plain_start < text.size()) m.encode_plain(std::string_view(text).substr(plain_start), out);
   if (add_special_tokens) out.insert(out.end(), m.suffix.begin(), m.suffix.end());
+  return out;
+}
+
+std::string BpeTokenizer::decode(const std::vector<int64_t>& ids, bool skip_special_tokens) const {
+  const Impl& m = *impl_;
+  if (m.id_to_token.empty()) {  // built on first use: encoding never needs it
+    m.id_to_token.assign(size_t(m.vocab_size), {});
+    for (const auto& [token, id] : m.vocab) m.id_to_token[size_t(id)] = token;
+    for (const AddedToken& a : m.added) {
+      m.id_to_token[size_t(a.id)] = a.content;
+      m.special.insert(a.id);
+    }
+    for (int b = 0; b < 256; ++b) m.byte_of[m.bytes[size_t(b)]] = char(b);
+  }
+  std::string out;
+  for (int64_t id : ids) {
+    if (id < 0 || id >= m.vocab_size) continue;
+    const std::string& token = m.id_to_token[size_t(id)];
+    if (m.special.count(id)) {  // added tokens are literal text, not byte characters
+      if (!skip_special_tokens) out += token;
+      continue;
+    }
+    // Each UTF-8 character of a vocabulary entry stands for one byte (GPT-2's byte map).
+    for (size_t i = 0; i < token.size();) {
+      size_t len = 1;
+      const unsigned char lead = static_cast<unsigned char>(token[i]);
+      if (lead >= 0xF0) len = 4;
+      else if (lead >= 0xE0) len = 3;
+      else if (lead >= 0xC0) len = 2;
+      auto it = m.byte_of.find(token.substr(i, len));
+      if (it != m.byte_of.end()) out.push_back(it->second);
+      i += len;
+    }
+  }
   return out;
 }
 

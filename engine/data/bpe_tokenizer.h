@@ -28,6 +28,9 @@ class BpeTokenizer {
 
   // Ids of `text`; add_special_tokens applies the post-processor's template.
   std::vector<int64_t> encode(std::string_view text, bool add_special_tokens = true) const;
+  // The text of `ids` (vocabulary entries mapped back to bytes; added tokens as written,
+  // or left out with skip_special_tokens). Ids outside the vocabulary are skipped.
+  std::string decode(const std::vector<int64_t>& ids, bool skip_special_tokens = true) const;
   // The vocabulary size (largest id + 1).
   int64_t vocab_size() const;
   // tokenizer_config.json's eos_token, when there is one.

@@ -32,6 +32,15 @@ class SentencePieceTokenizer : public TextTokenizer {
     out.insert(out.end(), ids.begin(), ids.end());
     return out;
   }
+  std::string decode(const std::vector<int64_t>& ids) const override {
+    std::vector<int> pieces;
+    for (int64_t id : ids)
+      if (id >= 0 && id < processor_.GetPieceSize() && !processor_.IsControl(int(id)))
+        pieces.push_back(int(id));
+    std::string text;
+    processor_.Decode(pieces, &text);
+    return text;
+  }
   int64_t vocab_size() const override { return processor_.GetPieceSize(); }
   std::optional<int64_t> eos_id() const override {
     if (processor_.eos_id() < 0) return std::nullopt;
@@ -48,6 +57,7 @@ class HfBpeTokenizer : public TextTokenizer {
   std::vector<int64_t> encode(std::string_view text) const override {
     return bpe_.encode(text, true);
   }
+  std::string decode(const std::vector<int64_t>& ids) const override { return bpe_.decode(ids); }
   int64_t vocab_size() const override { return bpe_.vocab_size(); }
   std::optional<int64_t> eos_id() const override { return bpe_.eos_id(); }
 

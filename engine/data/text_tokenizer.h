@@ -18,6 +18,8 @@ class TextTokenizer {
   virtual ~TextTokenizer() = default;
   // A document's ids, with the tokenizer's own special tokens (BOS and the like).
   virtual std::vector<int64_t> encode(std::string_view text) const = 0;
+  // The text of ids, special tokens left out (for generated samples).
+  virtual std::string decode(const std::vector<int64_t>& ids) const = 0;
   virtual int64_t vocab_size() const = 0;
   virtual std::optional<int64_t> eos_id() const = 0;
 };
