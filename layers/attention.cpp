@@ -80,8 +80,8 @@ torch::Tensor Attention::forward_cached(const torch::Tensor& x, const torch::Ten
     keys = torch::empty({b, k.size(1), capacity, head_dim_}, k.options());
     values = torch::empty_like(keys);
   }
-  TORCH_CHECK(position + n <= keys.size(2), "KV cache full: ", position + n, " positions, room for ",
-              keys.size(2));
+  TORCH_CHECK(position + n <= keys.size(2), "KV cache full: ", position + n,
+              " positions, room for ", keys.size(2));
   keys.narrow(2, position, n).copy_(k);
   values.narrow(2, position, n).copy_(v);
   torch::Tensor core = grouped_attention(q, keys.narrow(2, 0, position + n),

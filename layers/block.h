@@ -48,8 +48,8 @@ class Block {
   // Incremental decoding: x [b, n, h] at positions position..position+n-1, with the RoPE
   // rows of those positions and each window's mask [n, position+n] in `context`; this
   // block's keys and values are appended to `cache` (see KvCache).
-  torch::Tensor forward_cached(const torch::Tensor& x, const BlockContext& context,
-                               KvCache& cache, int64_t position) const;
+  torch::Tensor forward_cached(const torch::Tensor& x, const BlockContext& context, KvCache& cache,
+                               int64_t position) const;
   int64_t index() const { return index_; }
 
  private:

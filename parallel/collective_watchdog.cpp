@@ -75,8 +75,7 @@ void collect_answers(std::vector<std::pair<int, std::string>>& answers) {
     MPI_Iprobe(MPI_ANY_SOURCE, kAnswer, liveness, &arrived, &status);
     if (!arrived) break;
     char text[kAnswerBytes];
-    MPI_Recv(text, kAnswerBytes, MPI_CHAR, status.MPI_SOURCE, kAnswer, liveness,
-             MPI_STATUS_IGNORE);
+    MPI_Recv(text, kAnswerBytes, MPI_CHAR, status.MPI_SOURCE, kAnswer, liveness, MPI_STATUS_IGNORE);
     text[kAnswerBytes - 1] = 0;
     answers.emplace_back(status.MPI_SOURCE, text);
   }
@@ -89,13 +88,14 @@ void collect_answers(std::vector<std::pair<int, std::string>>& answers) {
   std::string silent, ranks;
   for (int r : members) {
     ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
-    if (r != my_rank && !answered.count(r)) silent += (silent.empty() ? "" : ", ") + std::to_string(r);
+    if (r != my_rank && !answered.count(r))
+      silent += (silent.empty() ? "" : ", ") + std::to_string(r);
   }
   std::fprintf(stderr,
                "retort: rank %d: %s on group '%s' (world ranks %s) did not complete within "
                "runtime.collective_timeout_s=%g s. %s\n",
-               my_rank, label.op, label.group_name ? label.group_name->c_str() : "?",
-               ranks.c_str(), timeout_seconds,
+               my_rank, label.op, label.group_name ? label.group_name->c_str() : "?", ranks.c_str(),
+               timeout_seconds,
                silent.empty() ? "Every member answered; the stall is in another group."
                               : ("No answer from rank(s) " + silent +
                                  " of that group: dead or not responding (frozen, deadlocked).")
@@ -115,8 +115,12 @@ void init_collective_watchdog() {
   MPI_Comm_dup(MPI_COMM_WORLD, &liveness);
 }
 
-void set_collective_timeout(double seconds) { timeout_seconds = seconds; }
-double collective_timeout() { return timeout_seconds; }
+void set_collective_timeout(double seconds) {
+  timeout_seconds = seconds;
+}
+double collective_timeout() {
+  return timeout_seconds;
+}
 
 void wait_or_abort(std::vector<MPI_Request>& requests, const WaitLabel& label) {
   if (timeout_seconds <= 0 || liveness == MPI_COMM_NULL) {

@@ -17,8 +17,8 @@
 #include "common/compute_threads.h"
 #include "common/process_setup.h"
 #include "common/user_error.h"
-#include "engine/data/byte_tokenizer.h"
 #include "engine/data/bpe_tokenizer.h"
+#include "engine/data/byte_tokenizer.h"
 #include "engine/generate/generator.h"
 #include "engine/hf/hf_model.h"
 #include "parallel/mesh.h"
@@ -74,8 +74,8 @@ int run(int argc, char** argv, const parallel::MpiRuntime& mpi) {
       "CHECKPOINT: a Retort checkpoint or run directory, or a Hugging Face model directory");
   std::string prompt, tokenizer;
   engine::SamplingOptions options;
-  visible.add_options()("help,h", "print this help and exit")(
-      "prompt", po::value(&prompt), "the text to continue")(
+  visible.add_options()("help,h", "print this help and exit")("prompt", po::value(&prompt),
+                                                              "the text to continue")(
       "max-tokens", po::value(&options.max_tokens)->default_value(200), "tokens to generate")(
       "temperature", po::value(&options.temperature)->default_value(0.8),
       "softmax temperature; 0 = greedy")("top-k", po::value(&options.top_k)->default_value(40),
@@ -121,9 +121,9 @@ int run(int argc, char** argv, const parallel::MpiRuntime& mpi) {
   if (root) {
     std::cout << prompt << codec.decode(out) << std::endl;
     std::cerr << "engine_generate: " << out.size() << " tokens in " << seconds << " s ("
-              << double(out.size()) / seconds << " tok/s), " << mpi.world_size()
-              << " TP rank(s), " << (vm.count("no-cache") ? "no KV cache" : "KV cache") << ", from "
-              << m.source << std::endl;
+              << double(out.size()) / seconds << " tok/s), " << mpi.world_size() << " TP rank(s), "
+              << (vm.count("no-cache") ? "no KV cache" : "KV cache") << ", from " << m.source
+              << std::endl;
   }
   return 0;
 }

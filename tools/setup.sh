@@ -19,6 +19,8 @@ packages=(
   libpcre2-dev libicu-dev libsentencepiece-dev python3-sentencepiece sentencepiece
   # docs/checkpoint-format.md: checkpoints read with h5py (tests/cli/read_checkpoint_h5py.py)
   python3-h5py
+  # tests/fuzz: libFuzzer targets built with clang (ASan, UBSan, libFuzzer's runtime)
+  clang libclang-rt-14-dev
 )
 
 missing=()

@@ -390,9 +390,12 @@ std::string BpeTokenizer::decode(const std::vector<int64_t>& ids, bool skip_spec
     for (size_t i = 0; i < token.size();) {
       size_t len = 1;
       const unsigned char lead = static_cast<unsigned char>(token[i]);
-      if (lead >= 0xF0) len = 4;
-      else if (lead >= 0xE0) len = 3;
-      else if (lead >= 0xC0) len = 2;
+      if (lead >= 0xF0)
+        len = 4;
+      else if (lead >= 0xE0)
+        len = 3;
+      else if (lead >= 0xC0)
+        len = 2;
       auto it = m.byte_of.find(token.substr(i, len));
       if (it != m.byte_of.end()) out.push_back(it->second);
       i += len;

@@ -90,8 +90,9 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
                   std::to_string(sequences) + " sequences and " + std::to_string(documents) +
                   " document indices");
   sequence_count_ = static_cast<int64_t>(sequences);
-  lengths_ = reinterpret_cast<const int32_t*>(idx + kHeaderSize);
-  pointers_ = reinterpret_cast<const int64_t*>(idx + kHeaderSize + sequences * 4);
+  lengths_ = idx + kHeaderSize;
+  pointers_ = idx + kHeaderSize + sequences * 4;
+  if (documents == 0) throw corrupt("no document indices (there must be at least one, 0)");
   document_indices_.resize(documents);
   std::memcpy(document_indices_.data(), idx + kHeaderSize + sequences * 12, documents * 8);
   if (documents == 0 || document_indices_.front() != 0 ||
@@ -101,11 +102,24 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
   bin_ = static_cast<const uint8_t*>(map_file(bin_path, &bin_size_));
   const size_t item = dtype_size(dtype_);
   for (int64_t i = 0; i < sequence_count_; ++i) {
-    if (lengths_[i] < 0 || pointers_[i] < 0 ||
-        uint64_t(pointers_[i]) + uint64_t(lengths_[i]) * item > bin_size_)
+    const int64_t length = sequence_length(i), start = pointer(i);
+    if (length < 0 || start < 0 || uint64_t(start) > bin_size_ ||
+        uint64_t(length) * item > bin_size_ - uint64_t(start))
       throw UserError("data file '" + bin_path + "' is shorter than its index says (sequence " +
                       std::to_string(i) + " ends past byte " + std::to_string(bin_size_) + ")");
   }
+}
+
+int64_t IndexedDataset::sequence_length(int64_t i) const {
+  int32_t length;
+  std::memcpy(&length, lengths_ + i * 4, 4);
+  return length;
+}
+
+int64_t IndexedDataset::pointer(int64_t i) const {
+  int64_t offset;
+  std::memcpy(&offset, pointers_ + i * 8, 8);
+  return offset;
 }
 
 IndexedDataset::~IndexedDataset() {
@@ -115,15 +129,15 @@ IndexedDataset::~IndexedDataset() {
 
 int64_t IndexedDataset::total_tokens() const {
   int64_t total = 0;
-  for (int64_t i = 0; i < sequence_count_; ++i) total += lengths_[i];
+  for (int64_t i = 0; i < sequence_count_; ++i) total += sequence_length(i);
   return total;
 }
 
 void IndexedDataset::read(int64_t seq, int64_t offset, int64_t count, int64_t* out) const {
-  if (seq < 0 || seq >= sequence_count_ || offset < 0 || offset + count > lengths_[seq])
+  if (seq < 0 || seq >= sequence_count_ || offset < 0 || offset + count > sequence_length(seq))
     throw std::out_of_range("IndexedDataset::read outside sequence " + std::to_string(seq));
   const size_t item = dtype_size(dtype_);
-  const uint8_t* src = bin_ + pointers_[seq] + offset * item;
+  const uint8_t* src = bin_ + pointer(seq) + offset * item;
   switch (dtype_) {
     case TokenDtype::UInt8:
       return widen<uint8_t>(src, count, out);

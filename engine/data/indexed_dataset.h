@@ -30,7 +30,7 @@ class IndexedDataset {
 
   int64_t sequence_count() const { return sequence_count_; }
   int64_t document_count() const { return int64_t(document_indices_.size()) - 1; }
-  int64_t sequence_length(int64_t i) const { return lengths_[i]; }
+  int64_t sequence_length(int64_t i) const;
   const std::vector<int64_t>& document_indices() const { return document_indices_; }
   TokenDtype dtype() const { return dtype_; }
   const std::string& prefix() const { return prefix_; }
@@ -43,8 +43,11 @@ class IndexedDataset {
   std::string prefix_;
   TokenDtype dtype_ = TokenDtype::UInt16;
   int64_t sequence_count_ = 0;
-  const int32_t* lengths_ = nullptr;
-  const int64_t* pointers_ = nullptr;
+  // The index's length and pointer arrays, in place in the mapping. Megatron's 34-byte
+  // header leaves them unaligned, so elements are read with memcpy.
+  const uint8_t* lengths_ = nullptr;   // int32 per sequence
+  const uint8_t* pointers_ = nullptr;  // int64 per sequence: byte offset in the .bin
+  int64_t pointer(int64_t i) const;
   std::vector<int64_t> document_indices_;
   const uint8_t* bin_ = nullptr;
   size_t bin_size_ = 0;

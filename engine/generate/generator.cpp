@@ -32,8 +32,7 @@ InferenceModel load_inference_model(const std::string& path, parallel::Mesh& mes
     m.config = hf::read_hf_config(path);
   } else {
     std::optional<layers::ModelConfig> stored = read_checkpoint_model(m.source);
-    if (!stored)
-      throw UserError("checkpoint '" + m.source + "' does not record its model shape");
+    if (!stored) throw UserError("checkpoint '" + m.source + "' does not record its model shape");
     m.config = *stored;
   }
   layers::TensorParallel tp;
@@ -72,12 +71,11 @@ std::vector<int64_t> generate(const layers::LlamaModel& model, const std::vector
   layers::KvCache cache;
   cache.capacity = int64_t(prompt.size()) + options.max_tokens;
   std::vector<int64_t> sequence = prompt, generated;
-  torch::Tensor logits = use_cache ? model.forward_cached(as_batch(prompt), cache)
-                                   : model.forward(as_batch(sequence));
+  torch::Tensor logits =
+      use_cache ? model.forward_cached(as_batch(prompt), cache) : model.forward(as_batch(sequence));
   for (int64_t i = 0; i < options.max_tokens; ++i) {
-    torch::Tensor choice = torch::tensor({sample_token(last_logits(logits, model), options,
-                                                       generator)},
-                                         torch::kLong);
+    torch::Tensor choice =
+        torch::tensor({sample_token(last_logits(logits, model), options, generator)}, torch::kLong);
     if (tp.size() > 1) tp.group->broadcast(choice, 0);  // every rank continues alike
     const int64_t token = choice.item<int64_t>();
     if (options.stop_token && token == *options.stop_token) break;

@@ -98,7 +98,7 @@ void MetricsFile::write(const StepMetrics& m) {
                       {"peak_mem_bytes", m.peak_mem_bytes},
                       {"eta_s", m.eta_s},
                       {"eta_s", m.eta_s},
-      {"exposed_comm_s", m.exposed_comm_s}};
+                      {"exposed_comm_s", m.exposed_comm_s}};
   if (m.valid_loss) j["valid_loss"] = *m.valid_loss;
   for (const auto& [name, value] : m.parts) j[name] = value;
   if (!m.peak_by_category.empty()) j["peak_mem_by_category"] = m.peak_by_category;

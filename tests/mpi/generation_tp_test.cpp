@@ -26,10 +26,12 @@ TEST(GenerationTp, TwoRanksGenerateWhatOneRankDoes) {
     layers::KvCache split_cache, whole_cache;
     split_cache.capacity = whole_cache.capacity = 6;
     const torch::Tensor tokens = torch::tensor(prompt, torch::kLong).view({1, -1});
-    torch::Tensor gathered = mesh.tp().all_gather(split.model->forward_cached(tokens, split_cache), 2);
+    torch::Tensor gathered =
+        mesh.tp().all_gather(split.model->forward_cached(tokens, split_cache), 2);
     const torch::Tensor reference = whole.model->forward_cached(tokens, whole_cache);
-    EXPECT_LT((gathered.narrow(-1, 0, 300) - reference.narrow(-1, 0, 300)).abs().max().item<double>(),
-              1e-10);
+    EXPECT_LT(
+        (gathered.narrow(-1, 0, 300) - reference.narrow(-1, 0, 300)).abs().max().item<double>(),
+        1e-10);
   }
   for (bool cache : {true, false}) {
     engine::SamplingOptions options;

@@ -3,11 +3,12 @@
 // of the whole sequence at every position (within 1e-10); and generated tokens, greedy and
 // sampled (temperature, top-k), are the same with the cache as when the whole prefix is
 // recomputed for every token.
+#include "generation_test.h"
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include "engine/generate/generator.h"
-#include "generation_test.h"
 
 using namespace retort;
 
@@ -20,7 +21,8 @@ TEST(Generation, CachedLogitsEqualTheFullForward) {
   layers::KvCache cache;
   cache.capacity = 20;
   std::vector<torch::Tensor> pieces = {m.model->forward_cached(tokens.narrow(1, 0, 7), cache)};
-  for (int64_t i = 7; i < 20; ++i) pieces.push_back(m.model->forward_cached(tokens.narrow(1, i, 1), cache));
+  for (int64_t i = 7; i < 20; ++i)
+    pieces.push_back(m.model->forward_cached(tokens.narrow(1, i, 1), cache));
   const torch::Tensor cached = torch::cat(pieces, 1).narrow(-1, 0, 300);
   EXPECT_EQ(cache.length, 20);
   const double worst = (cached - full).abs().max().item<double>();
