@@ -7,6 +7,7 @@
 #include <limits>
 #include <stdexcept>
 
+#include "common/trace_span.h"
 #include "parallel/nccl_backend.h"
 
 namespace retort::parallel {
@@ -147,6 +148,10 @@ Handle::~Handle() {
 }
 void Handle::wait() {
   if (!requests_.empty()) {
+    TraceSpan span([this] {
+      return std::string("comm ") + label_.op + " [" +
+             (label_.group_name ? *label_.group_name : std::string("?")) + "]";
+    });
     BlockedTime blocked;
     wait_or_abort(requests_, label_);
   }

@@ -3,7 +3,6 @@
 // Bad input ends with one line "error: ..." and exit code 2.
 #include <mpi.h>
 #include <torch/torch.h>
-#include <unistd.h>
 
 #include <boost/program_options.hpp>
 #include <iostream>
@@ -16,6 +15,7 @@
 #include "engine/config/config.h"
 #include "engine/config/config_schema.h"
 #include "engine/config/train_config.h"
+#include "engine/observe/console_log.h"
 #include "engine/observe/memory_tracker.h"
 #include "engine/observe/run_summary.h"
 #include "engine/train/stop_signal.h"
@@ -97,7 +97,7 @@ int train(int argc, char** argv, const parallel::MpiRuntime& mpi) {
             std::make_unique<engine::Trainer>(train_config, root ? &std::cout : nullptr, mesh);
       },
       mpi.world_rank());
-  trainer->set_terminal(root && isatty(STDOUT_FILENO));
+  trainer->set_terminal(root && engine::stdout_is_terminal());
   engine::install_stop_signal_handlers();  // SIGTERM/SIGINT: finish the step, save, exit 0
   trainer->run();
   return 0;

@@ -8,6 +8,11 @@
 
 namespace retort::engine {
 
+// Whether this process's standard output reaches a terminal. Under mpirun a rank's stdout
+// is a pseudo-terminal of mpirun's even when mpirun writes to a file or pipe, so there the
+// answer is whether mpirun's own stdout (the parent's) is a terminal.
+bool stdout_is_terminal();
+
 class ConsoleLog {
  public:
   // `out` null: silent (ranks other than 0). `terminal`: out is a terminal (isatty).

@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "common/memory_category.h"
+#include "common/trace_span.h"
 #include "parallel/pipeline_runner.h"
 
 namespace retort::engine {
@@ -18,8 +19,10 @@ double seconds_since(Clock::time_point start) {
 
 // Wraps a stage callback so its running time is added to `total`.
 template <typename Callback>
-auto timed(Callback callback, double& total) {
-  return [callback, &total](int m, const torch::Tensor& t) {
+auto timed(Callback callback, double& total, const char* phase) {
+  return [callback, &total, phase](int m, const torch::Tensor& t) {
+    TraceSpan span(
+        [&] { return std::string("retort ") + phase + " micro-batch " + std::to_string(m); });
     const Clock::time_point start = Clock::now();
     torch::Tensor out = callback(m, t);
     total += seconds_since(start);
@@ -173,8 +176,8 @@ double StageStep::train(parallel::Communicator& pp, const std::vector<MicroBatch
     torch::Tensor grad = f.input.grad();
     return grad.defined() ? grad : torch::zeros(runner.gradient_shape, f.input.options());
   };
-  runner.forward = timed(runner.forward, times.forward_s);
-  runner.backward = timed(runner.backward, times.backward_s);
+  runner.forward = timed(runner.forward, times.forward_s, "forward");
+  runner.backward = timed(runner.backward, times.backward_s, "backward");
 
   // Bubble timing, when asked for: the window is the same on every stage (barriers), so idle
   // time includes the wait for the flush, which the bubble fraction (p-1)/(m+p-1) counts.

@@ -9,9 +9,11 @@
 #include <ostream>
 
 #include "common/fault_injection.h"
+#include "common/trace_span.h"
 #include "common/user_error.h"
 #include "engine/data/batches.h"
 #include "engine/hf/hf_model.h"
+#include "engine/observe/chrome_trace.h"
 #include "engine/observe/gemm_peak.h"
 #include "engine/observe/memory_tracker.h"
 #include "engine/observe/metrics.h"
@@ -341,6 +343,7 @@ StepResult Trainer::train_step() {
   using clock = std::chrono::steady_clock;
   StepResult result;
   result.step = progress_.step + 1;
+  TraceSpan step_span([&] { return "retort step " + std::to_string(result.step); });
   double target_count = 0;
   const std::vector<MicroBatch> micro = read_micro_batches(target_count);
   clear_gradients();
@@ -364,6 +367,7 @@ StepResult Trainer::train_step() {
                                    result.terms, result.times);
 
   auto start = clock::now();
+  TraceSpan sync_span([] { return "retort gradient sync"; });
   sync_->finish();
   if (layers::Parameter* p = store_->find(kFaultParameter); p && p->value.grad().defined()) {
     if (fault_injected(Fault::GradScaled)) p->value.mutable_grad().mul_(1 + 1e-3);
@@ -371,6 +375,7 @@ StepResult Trainer::train_step() {
   }
   sum_over_ranks(result);
   result.times.sync_s = seconds_since(start);
+  sync_span.end();
   if (inspector_ && inspector_->on_gradients) inspector_->on_gradients(result);
 
   start = clock::now();
@@ -382,6 +387,7 @@ StepResult Trainer::train_step() {
     result.grad_norm = global_grad_norm(*store_, tp_, sync_->sharded_over(), &mesh_.pp());
   }
   agree_on_step(result);
+  TraceSpan optimizer_span([] { return "retort optimizer"; });
   if (result.skipped) {
     if (in_backward)
       throw AgreedStop(
@@ -504,10 +510,20 @@ std::vector<StepResult> Trainer::run() {
   auto interval_start = clock::now();
   double interval_comm_start = parallel::exposed_communication_seconds();
   int64_t interval_steps = 0;
+  const std::vector<int64_t>& profile = config_.logging.profile_steps;
+  ChromeTrace trace;
   while (progress_.step < t.steps) {
+    if (!profile.empty() && progress_.step + 1 == profile[0]) trace.start();
     const auto step_start = clock::now();
     results.push_back(train_step());
     show_progress(results.back(), seconds_since(step_start));
+    if (trace.running() && (progress_.step >= profile[1] || progress_.step >= t.steps)) {
+      const std::string path =
+          trace.stop_and_write((fs::path(config_.run_dir) / "trace").string(), mesh_.world());
+      if (!path.empty())
+        log_line("wrote the Chrome trace of steps " + std::to_string(profile[0]) + "-" +
+                 std::to_string(progress_.step) + " to " + path);
+    }
     ++interval_steps;
     const int64_t step = progress_.step;
     const StepResult& last = results.back();

@@ -34,6 +34,9 @@ expect "unknown key" "did you mean 'training.steps'" -- "$train" "$work/unknown.
 printf 'optimizer:\n  lr: fast\n' >"$work/type.yaml"
 expect "wrong type" "type.yaml:2: optimizer.lr expects a number, got 'fast'" -- "$train" "$work/type.yaml" "${base[@]}"
 
+expect "profile steps" "logging.profile_steps must be [first, last]" -- "$train" "$configs/tiny.yaml" \
+  "${base[@]}" "logging.profile_steps=[5]"
+
 expect "missing config" "cannot open config file '$work/none.yaml'" -- "$train" "$work/none.yaml"
 
 expect "missing data file" "$work/absent.idx" -- "$train" "$configs/tiny.yaml" "${base[@]}" \
