@@ -119,9 +119,10 @@ ConfigValue convert(const KeySpec& key, const YAML::Node& node, const std::strin
       return v;
     }
     case KeyType::String: {
-      if (node.IsNull()) return std::string();
-      if (!node.IsScalar()) throw wrong();
-      const std::string& v = node.Scalar();
+      if (!node.IsNull() && !node.IsScalar()) throw wrong();
+      const std::string v = node.IsNull() ? std::string() : node.Scalar();
+      // A choice key left empty (`schedule:` or `schedule: #cosine`) is refused like any other
+      // value outside its choices.
       if (!key.choices.empty() &&
           std::find(key.choices.begin(), key.choices.end(), v) == key.choices.end()) {
         std::string list;

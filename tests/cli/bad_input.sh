@@ -37,6 +37,10 @@ expect "wrong type" "type.yaml:2: optimizer.lr expects a number, got 'fast'" -- 
 expect "profile steps" "logging.profile_steps must be [first, last]" -- "$train" "$configs/tiny.yaml" \
   "${base[@]}" "logging.profile_steps=[5]"
 
+printf 'optimizer:\n  schedule: # cosine\n' >"$work/empty_choice.yaml"
+expect "empty choice (found by fuzz_config)" "optimizer.schedule = '' is not one of: cosine" -- \
+  "$train" "$work/empty_choice.yaml" "${base[@]}"
+
 expect "missing config" "cannot open config file '$work/none.yaml'" -- "$train" "$work/none.yaml"
 
 expect "missing data file" "$work/absent.idx" -- "$train" "$configs/tiny.yaml" "${base[@]}" \

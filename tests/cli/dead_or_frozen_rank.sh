@@ -14,9 +14,17 @@ common=(data.paths="[$corpus]" model.layers=2 model.hidden=64 model.ffn_hidden=1
         training.log_every=1 training.eval_every=0 runtime.peak_gflops=100 runtime.threads=1
         parallel.tensor=2 parallel.sequence_parallel=true checkpoint.save_at_end=false
         runtime.collective_timeout_s=$timeout_s)
-rank_pid() {  # rank_pid RANK: the engine_train process of that world rank
-  for pid in $(pgrep -f "$train"); do
-    if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1"; then
+descendants() {  # descendants PID: every process below PID
+  local child
+  for child in $(pgrep -P "$1"); do
+    echo "$child"
+    descendants "$child"
+  done
+}
+# rank_pid JOB RANK: the process of that world rank in this job (not in another test's job)
+rank_pid() {
+  for pid in $(descendants "$1"); do
+    if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then
       echo "$pid"
       return
     fi
@@ -33,7 +41,7 @@ check() {
     sleep 0.05
   done
   local pid
-  pid=$(rank_pid "$rank")
+  pid=$(rank_pid "$job" "$rank")
   [ -n "$pid" ] || { echo "FAIL: no process for rank $rank"; cat "$work/$name.log"; exit 1; }
   kill -"$signal" "$pid"
   local start=$SECONDS status=0

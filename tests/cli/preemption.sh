@@ -19,9 +19,17 @@ launch() {  # launch NAME: mpirun in the background, its pid in $job
     run.dir="$work/$1" >"$work/$1.log" 2>&1 &
   job=$!
 }
-rank_pid() {  # rank_pid RANK: the engine_train process of that world rank
-  for pid in $(pgrep -f "$train"); do
-    if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1"; then
+descendants() {  # descendants PID: every process below PID
+  local child
+  for child in $(pgrep -P "$1"); do
+    echo "$child"
+    descendants "$child"
+  done
+}
+# rank_pid JOB RANK: the process of that world rank in this job (not in another test's job)
+rank_pid() {
+  for pid in $(descendants "$1"); do
+    if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then
       echo "$pid"
       return
     fi
@@ -42,7 +50,7 @@ wait $job || { cat "$work/straight.log"; exit 1; }
 # Pre-empted: SIGTERM to rank 2 once the run is under way.
 launch preempted
 wait_for_steps preempted 5
-kill -TERM "$(rank_pid 2)"
+kill -TERM "$(rank_pid "$job" 2)"
 status=0
 wait $job || status=$?
 cat "$work/preempted.log" | grep -E "stop signal|stopped by|saved checkpoint" || true
@@ -74,8 +82,14 @@ PY
 # A second signal: the job ends at once, without saving.
 launch twice
 wait_for_steps twice 5
-pid=$(rank_pid 1)
-kill -TERM "$pid"; kill -TERM "$pid"
+pid=$(rank_pid "$job" 1)
+kill -TERM "$pid"
+# Signals of one kind do not queue: send the second once the first has been handled.
+for _ in $(seq 200); do
+  grep -q "stop signal received" "$work/twice.log" && break
+  sleep 0.05
+done
+kill -TERM "$pid"
 start=$SECONDS
 status=0
 wait $job || status=$?
