@@ -1,6 +1,6 @@
 // tools/engine_generate.cpp: text from a trained model.
 //   engine_generate CHECKPOINT --prompt TEXT [--max-tokens N] [--temperature T] [--top-k K]
-//                   [--seed S] [--tokenizer PATH|bytes] [--no-cache]
+//                   [--seed S] [--context N] [--tokenizer PATH|bytes] [--no-cache]
 // CHECKPOINT: a Retort checkpoint or run directory, or a Hugging Face directory. Under
 // `mpirun -np N` the model is split over N tensor-parallel ranks. The tokenizer: --tokenizer
 // (a tokenizer.json, its directory, or "bytes"), else the Hugging
@@ -81,6 +81,8 @@ int run(int argc, char** argv, const parallel::MpiRuntime& mpi) {
       "softmax temperature; 0 = greedy")("top-k", po::value(&options.top_k)->default_value(40),
                                          "sample among the k likeliest tokens; 0 = all")(
       "seed", po::value(&options.seed)->default_value(1234), "sampling seed")(
+      "context", po::value(&options.context)->default_value(0),
+      "positions the model sees at most (its training length); longer text slides, 0 = no limit")(
       "tokenizer", po::value(&tokenizer), "tokenizer.json, its directory, or 'bytes'")(
       "no-cache", "recompute the whole prefix for every token (no KV cache)");
   po::options_description all;
@@ -105,6 +107,8 @@ int run(int argc, char** argv, const parallel::MpiRuntime& mpi) {
   if (options.max_tokens < 1) throw UserError("--max-tokens: must be at least 1");
   if (options.temperature < 0) throw UserError("--temperature: must not be negative");
   if (options.top_k < 0) throw UserError("--top-k: must not be negative");
+  if (options.context < 0 || options.context == 1)
+    throw UserError("--context: 0 (no limit) or at least 2 positions");
   set_compute_threads(mpi.threads_per_rank());
   parallel::Layout layout;
   layout.tensor = mpi.world_size();

@@ -65,14 +65,20 @@ int64_t sample_token(const torch::Tensor& logits, const SamplingOptions& options
 std::vector<int64_t> generate(const layers::LlamaModel& model, const std::vector<int64_t>& prompt,
                               const SamplingOptions& options, bool use_cache) {
   if (prompt.empty()) throw UserError("the prompt is empty: generation needs a first token");
+  if (options.context == 1) throw UserError("a context of 1 position cannot slide");
   torch::NoGradGuard no_grad;
   at::Generator generator = at::detail::createCPUGenerator(options.seed);
   const layers::TensorParallel& tp = model.tensor_parallel();
+  const int64_t limit = options.context > 0 ? options.context : int64_t(prompt.size()) +
+                                                                    options.max_tokens;
+  // The positions the model sees: the tail of the text, at most `limit` long.
+  std::vector<int64_t> window(prompt.end() - std::min<int64_t>(int64_t(prompt.size()), limit),
+                              prompt.end());
+  std::vector<int64_t> generated;
   layers::KvCache cache;
-  cache.capacity = int64_t(prompt.size()) + options.max_tokens;
-  std::vector<int64_t> sequence = prompt, generated;
-  torch::Tensor logits =
-      use_cache ? model.forward_cached(as_batch(prompt), cache) : model.forward(as_batch(sequence));
+  cache.capacity = limit;
+  torch::Tensor logits = use_cache ? model.forward_cached(as_batch(window), cache)
+                                   : model.forward(as_batch(window));
   for (int64_t i = 0; i < options.max_tokens; ++i) {
     torch::Tensor choice =
         torch::tensor({sample_token(last_logits(logits, model), options, generator)}, torch::kLong);
@@ -80,10 +86,19 @@ std::vector<int64_t> generate(const layers::LlamaModel& model, const std::vector
     const int64_t token = choice.item<int64_t>();
     if (options.stop_token && token == *options.stop_token) break;
     generated.push_back(token);
-    sequence.push_back(token);
     if (i + 1 == options.max_tokens) break;
+    if (int64_t(window.size()) == limit) {  // full: keep the second half, run it again
+      window.erase(window.begin(), window.begin() + limit / 2);
+      cache = layers::KvCache();
+      cache.capacity = limit;
+      window.push_back(token);
+      logits = use_cache ? model.forward_cached(as_batch(window), cache)
+                         : model.forward(as_batch(window));
+      continue;
+    }
+    window.push_back(token);
     logits = use_cache ? model.forward_cached(as_batch({token}), cache)
-                       : model.forward(as_batch(sequence));
+                       : model.forward(as_batch(window));
   }
   return generated;
 }

@@ -38,6 +38,10 @@ struct SamplingOptions {
   int64_t top_k = 40;  // 0 = the whole vocabulary
   uint64_t seed = 1234;
   std::optional<int64_t> stop_token;  // ends generation when sampled (not returned)
+  // At most this many positions go through the model (the length it was trained on); a
+  // longer text slides: when the window is full, its second half is run again as a new
+  // prompt. 0 = no limit.
+  int64_t context = 0;
 };
 
 // The ids generated after `prompt` (at most max_tokens). Collective over the model's TP group.

@@ -2,7 +2,7 @@
 // a prompt chunk and then of one token at a time through the cache equal the full forward
 // of the whole sequence at every position (within 1e-10); and generated tokens, greedy and
 // sampled (temperature, top-k), are the same with the cache as when the whole prefix is
-// recomputed for every token.
+// recomputed for every token, also when a short context makes the window slide.
 #include "generation_test.h"
 
 #include <gtest/gtest.h>
@@ -49,4 +49,20 @@ TEST(Generation, CachedTokensEqualRecomputedPrefix) {
     else
       EXPECT_NE(cached, greedy) << "sampling gave the greedy sequence";
   }
+}
+
+TEST(Generation, SlidingContextCachedEqualsRecomputed) {
+  test::GenerationModel m = test::generation_model();
+  const std::vector<int64_t> prompt = {5, 17, 250, 3, 99, 42, 7, 8, 9, 10, 11, 12};
+  engine::SamplingOptions options;
+  options.max_tokens = 50;
+  options.temperature = 0.9;
+  options.seed = 4;
+  options.context = 10;  // shorter than the prompt: it is cut, and the window slides often
+  const std::vector<int64_t> cached = engine::generate(*m.model, prompt, options, true);
+  EXPECT_EQ(cached.size(), 50u);
+  EXPECT_EQ(cached, engine::generate(*m.model, prompt, options, false));
+  options.context = 0;
+  EXPECT_NE(cached, engine::generate(*m.model, prompt, options, true))
+      << "the context limit changed nothing";
 }
