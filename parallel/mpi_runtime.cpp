@@ -3,11 +3,11 @@
 
 #include <mpi.h>
 
-#include "parallel/collective_watchdog.h"
-
 #include <algorithm>
 #include <cstdlib>
 #include <thread>
+
+#include "parallel/collective_watchdog.h"
 
 namespace retort::parallel {
 

@@ -111,7 +111,8 @@ TrainConfig make_train_config(const Config& c, int world_size) {
   const std::vector<int64_t>& profile = t.logging.profile_steps;
   require(profile.empty() || (profile.size() == 2 && profile[0] <= profile[1]),
           "logging.profile_steps must be [first, last] with first <= last (steps count from 1), "
-          "or empty; it has " + std::to_string(profile.size()) + " entries");
+          "or empty; it has " +
+              std::to_string(profile.size()) + " entries");
   const layers::MemoryConfig& mem = t.memory;
   require(!mem.activation_offloading || mem.activation_checkpointing != layers::Checkpointing::none,
           "memory.activation_offloading: true moves what activation checkpointing keeps; set "

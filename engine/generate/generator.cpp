@@ -69,16 +69,16 @@ std::vector<int64_t> generate(const layers::LlamaModel& model, const std::vector
   torch::NoGradGuard no_grad;
   at::Generator generator = at::detail::createCPUGenerator(options.seed);
   const layers::TensorParallel& tp = model.tensor_parallel();
-  const int64_t limit = options.context > 0 ? options.context : int64_t(prompt.size()) +
-                                                                    options.max_tokens;
+  const int64_t limit =
+      options.context > 0 ? options.context : int64_t(prompt.size()) + options.max_tokens;
   // The positions the model sees: the tail of the text, at most `limit` long.
   std::vector<int64_t> window(prompt.end() - std::min<int64_t>(int64_t(prompt.size()), limit),
                               prompt.end());
   std::vector<int64_t> generated;
   layers::KvCache cache;
   cache.capacity = limit;
-  torch::Tensor logits = use_cache ? model.forward_cached(as_batch(window), cache)
-                                   : model.forward(as_batch(window));
+  torch::Tensor logits =
+      use_cache ? model.forward_cached(as_batch(window), cache) : model.forward(as_batch(window));
   for (int64_t i = 0; i < options.max_tokens; ++i) {
     torch::Tensor choice =
         torch::tensor({sample_token(last_logits(logits, model), options, generator)}, torch::kLong);
