@@ -145,9 +145,11 @@ torch::Tensor Distiller::output_loss_from_heads(const HeadInput& student, const 
   torch::Tensor weight = targets.ne(kIgnore);
   torch::Tensor kd_sum, ce_sum;
   const bool with_lm = config_.lm_weight > 0;
-  // A weight-gradient sink (optimizer-in-backward) takes the recomputing form: its backward
-  // forms the logits again anyway, so d/dx is formed there too, from the same softmax pass.
-  if (config_.logit_weight > 0 && !recompute_heads && !student.weight_grad_sink) {
+  // A streaming weight-gradient sink (optimizer-in-backward) takes the recomputing form: its
+  // backward forms the logits again anyway, so d/dx is formed there too, from the same
+  // softmax pass. One that takes the gradient whole gets it from the fused form's backward.
+  const bool streaming = student.weight_grad_sink && student.weight_grad_sink->streams();
+  if (config_.logit_weight > 0 && !recompute_heads && !streaming) {
     const bool dropped = fault_injected(Fault::LogitTermOneTpRank) && tp_.rank() != 0;
     FusedLogitLoss fused = logit_distillation_total_from_heads(
         student, teacher, weight, with_lm ? targets : torch::Tensor(), vocab_size, config_.logits,

@@ -386,6 +386,14 @@ std::pair<torch::Tensor, torch::Tensor> coefficients(const LossSetup& L, const t
   return {grad_output[0] * w * (L.scale / L.temperature), grad_output[1] * w};
 }
 
+// The student head weight's whole gradient: to a sink that takes it whole (then autograd
+// gets none), else returned for autograd.
+torch::Tensor deliver_whole(layers::HeadGradSink* sink, const torch::Tensor& grad_w) {
+  if (!sink || !grad_w.defined()) return grad_w;
+  sink->take_rows(0, grad_w);
+  return torch::Tensor();
+}
+
 // The student head weight's gradient, block of rows by block, into L.sink (padded rows as
 // zeros): each block's student and teacher logits are formed again chunk of tokens by chunk
 // and dropped. grad_x accumulates each block's part of d/d(student head input).
@@ -499,7 +507,7 @@ struct HeadLogitDistillation : torch::autograd::Function<HeadLogitDistillation> 
     const TokenStats st = load_stats(saved, 5);
     auto [kd_coefficient, ce_coefficient] = coefficients(L, w, grad_outputs[0]);
     variable_list result(7);
-    if (L.sink && ws.requires_grad()) {  // optimizer-in-backward: the weight's rows go there
+    if (L.sink && L.sink->streams() && ws.requires_grad()) {  // the weight's rows go there
       result[0] = torch::zeros_like(xs);
       stream_student_weight_grad(L, st, xs, ws, xt, wt, kd_coefficient, ce_coefficient, result[0]);
       return result;
@@ -519,7 +527,7 @@ struct HeadLogitDistillation : torch::autograd::Function<HeadLogitDistillation> 
       grad_w_real.addmm_(out.t(), xs_c);
     }
     result[0] = grad_x;
-    result[1] = grad_w;
+    result[1] = deliver_whole(L.sink, grad_w);
     return result;
   }
 };
@@ -536,7 +544,8 @@ struct FusedHeadLogitDistillation : torch::autograd::Function<FusedHeadLogitDist
                                double ce_factor) {
     TokenStats st = empty_stats(L, targets, xs.options());
     torch::Tensor wsr = ws.narrow(0, 0, L.real), wtr = wt.narrow(0, 0, L.real);
-    TORCH_CHECK(!L.sink, "the fused logit loss forms the weight's gradient in forward: no sink");
+    TORCH_CHECK(!L.sink || !L.sink->streams(),
+                "the fused logit loss forms the weight's gradient in forward: no streaming sink");
     const bool want_x = xs.requires_grad(), want_w = ws.requires_grad();
     torch::Tensor grad_x = want_x ? torch::empty_like(xs) : torch::Tensor();
     torch::Tensor grad_w = want_w ? torch::zeros_like(ws) : torch::Tensor();
@@ -592,6 +601,7 @@ struct FusedHeadLogitDistillation : torch::autograd::Function<FusedHeadLogitDist
         L.with_ce ? ((st.lse_1 - st.target_logit) * w).sum() : torch::zeros({}, w.options());
     torch::Tensor total = kd * kd_factor + ce * ce_factor;
     ctx->save_for_backward({grad_x, grad_w});
+    ctx->saved_data["sink"] = reinterpret_cast<int64_t>(L.sink);
     ctx->mark_non_differentiable({kd, ce});
     return {total, kd, ce};
   }
@@ -601,7 +611,8 @@ struct FusedHeadLogitDistillation : torch::autograd::Function<FusedHeadLogitDist
     const torch::Tensor& g = grad_outputs[0];
     variable_list result(9);
     if (saved[0].defined()) result[0] = saved[0].mul_(g);  // ours alone: scaled in place
-    if (saved[1].defined()) result[1] = saved[1].mul_(g);
+    auto* sink = reinterpret_cast<layers::HeadGradSink*>(ctx->saved_data["sink"].toInt());
+    if (saved[1].defined()) result[1] = deliver_whole(sink, saved[1].mul_(g));
     return result;
   }
 };
@@ -670,7 +681,8 @@ FusedLogitLoss logit_distillation_total_from_heads(
   torch::Tensor xs = student.input.reshape({-1, student.input.size(-1)});
   torch::Tensor flat_targets =
       targets.defined() ? targets.reshape({-1}) : torch::zeros({0}, torch::kLong);
-  const LossSetup setup = make_setup(xs.size(0), local, flat_targets, vocab_size, o, tp);
+  LossSetup setup = make_setup(xs.size(0), local, flat_targets, vocab_size, o, tp);
+  setup.sink = student.weight_grad_sink;  // one that takes the gradient whole, if any
   torch::Tensor xt = teacher.input.detach().reshape({-1, teacher.input.size(-1)});
   torch::Tensor w = weight.reshape({-1}).to(xs.scalar_type());
   variable_list out;

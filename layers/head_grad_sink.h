@@ -3,7 +3,8 @@
 // vocabulary rows of this rank's shard, each block once, already scaled by the incoming
 // gradient, so a receiver that steps the optimizer on each block (optimizer-in-backward) never
 // needs the [vocab, hidden] gradient whole. Autograd then sees no gradient for the weight from
-// the head.
+// the head. A receiver that only reduces it over DP (streams() false) takes it whole, as soon
+// as the head's backward has run.
 #pragma once
 #include <torch/torch.h>
 
@@ -14,6 +15,11 @@ namespace retort::layers {
 class HeadGradSink {
  public:
   virtual ~HeadGradSink() = default;
+  // true: the gradient comes in blocks formed in backward (the head forms its logits again
+  // there), so it never exists whole. false: the receiver takes it whole, in one
+  // take_rows(0, grad) call from backward, and the head may form it in forward as it does
+  // without a sink (no second pass over the logits).
+  virtual bool streams() const { return true; }
   // Rows per block for a weight shard of `rows` rows.
   virtual int64_t block_rows(int64_t rows) const = 0;
   // Rows [row_begin, row_begin + grad.size(0)) of the gradient; grad is the receiver's.

@@ -171,10 +171,11 @@ FusedHeadResult fused_head_forward(const torch::Tensor& x2d, const torch::Tensor
 struct FusedHeadCrossEntropy : torch::autograd::Function<FusedHeadCrossEntropy> {
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x2d, torch::Tensor weight,
                                torch::Tensor targets, int64_t vocab_start, int64_t vocab_size,
-                               parallel::Communicator* group, int64_t chunk) {
+                               parallel::Communicator* group, int64_t chunk, HeadGradSink* sink) {
     FusedHeadResult r = fused_head_forward(x2d, weight, targets, vocab_start, vocab_size, group,
                                            chunk, x2d.requires_grad(), weight.requires_grad());
     ctx->save_for_backward({r.grad_x, r.grad_weight});
+    ctx->saved_data["sink"] = reinterpret_cast<int64_t>(sink);
     return r.loss_sum;
   }
 
@@ -185,8 +186,13 @@ struct FusedHeadCrossEntropy : torch::autograd::Function<FusedHeadCrossEntropy> 
     // head exists to avoid.
     torch::Tensor grad_x = saved[0].defined() ? saved[0].mul_(g) : torch::Tensor();
     torch::Tensor grad_weight = saved[1].defined() ? saved[1].mul_(g) : torch::Tensor();
+    auto* sink = reinterpret_cast<HeadGradSink*>(ctx->saved_data["sink"].toInt());
+    if (sink && grad_weight.defined()) {  // taken whole (HeadGradSink::streams() false)
+      sink->take_rows(0, grad_weight);
+      grad_weight = torch::Tensor();
+    }
     return {grad_x,          grad_weight,     torch::Tensor(), torch::Tensor(),
-            torch::Tensor(), torch::Tensor(), torch::Tensor()};
+            torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -309,10 +315,11 @@ torch::Tensor fused_head_cross_entropy_sum(const torch::Tensor& x, const torch::
     return fused_head_forward(x2d, weight, t, start, vocab_size, tp.group, chunk_tokens, false,
                               false)
         .loss_sum;
-  if (weight_grad_sink && weight.requires_grad())
+  if (weight_grad_sink && weight.requires_grad() && weight_grad_sink->streams())
     return StreamedHeadCrossEntropy::apply(x2d, weight, t, start, vocab_size, tp.group,
                                            chunk_tokens, weight_grad_sink);
-  return FusedHeadCrossEntropy::apply(x2d, weight, t, start, vocab_size, tp.group, chunk_tokens);
+  return FusedHeadCrossEntropy::apply(x2d, weight, t, start, vocab_size, tp.group, chunk_tokens,
+                                      weight.requires_grad() ? weight_grad_sink : nullptr);
 }
 
 torch::Tensor vocab_parallel_embedding(const torch::Tensor& tokens, const torch::Tensor& weight,

@@ -91,6 +91,7 @@ GradientSync::~GradientSync() = default;
 
 void GradientSync::on_grad_ready(size_t param) {
   if (!armed_) return;
+  if (on_progress_) on_progress_();
   if (bucket_of_[param] < 0) {
     if (on_streamed_ready_ && std::count(options_.streamed.begin(), options_.streamed.end(), param))
       on_streamed_ready_(param);

@@ -70,6 +70,9 @@ class GradientSync {
   void set_on_streamed_ready(std::function<void(size_t param)> ready) {
     on_streamed_ready_ = std::move(ready);
   }
+  // Called at every grad-ready event of the last backward: drives communication launched
+  // elsewhere (a reduce-only HeadRowStepper's blocks) while backward runs.
+  void set_on_progress(std::function<void()> progress) { on_progress_ = std::move(progress); }
 
   size_t bucket_count() const { return buckets_.size(); }
   // Buckets launched from a hook during the last step's backward.
@@ -105,6 +108,7 @@ class GradientSync {
   bool armed_ = false;
   int64_t finished_early_ = 0, completed_early_ = 0;
   std::function<void(size_t)> on_final_, on_streamed_ready_;
+  std::function<void()> on_progress_;
   std::unique_ptr<GradReadyHooks> hooks_;
 };
 

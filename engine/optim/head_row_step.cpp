@@ -5,7 +5,7 @@
 
 namespace retort::engine {
 
-HeadRowStepper::HeadRowStepper(layers::ParameterStore& store, AdamW& optimizer,
+HeadRowStepper::HeadRowStepper(layers::ParameterStore& store, AdamW* optimizer,
                                parallel::Communicator& dp, const HeadRowStepOptions& options)
     : store_(store), optimizer_(optimizer), dp_(dp), options_(options) {}
 
@@ -16,6 +16,8 @@ void HeadRowStepper::begin_step(const std::vector<torch::Tensor>& tokens, double
   rows_streamed_ = 0;
   pending_ = true;
   delivered_ = false;
+  blocks_.clear();
+  if (!optimizer_) return;  // reduce-only keeps no rows aside
   const torch::Tensor& weight = store_.all()[options_.index].value;
   const int64_t local = weight.size(0);
   torch::Tensor reached = torch::zeros({local}, torch::kFloat);
@@ -45,6 +47,12 @@ void HeadRowStepper::take_rows(int64_t row_begin, torch::Tensor grad) {
   layers::Parameter& p = store_.all()[options_.index];
   const int64_t rows = grad.size(0);
   const torch::Tensor& accumulated = p.value.grad();  // earlier micro-batches of the step
+  if (!optimizer_) {  // every row's sum but the last lookup's goes now; that one at complete()
+    if (accumulated.defined()) grad.add_(accumulated.narrow(0, row_begin, rows));
+    launch_block(row_begin, grad);
+    if (row_begin + rows == p.value.size(0)) p.value.mutable_grad().reset();
+    return;
+  }
   torch::Tensor positions = position_.narrow(0, row_begin, rows);
   torch::Tensor kept_rows = (positions >= 0).nonzero().reshape({-1});  // block-relative
   if (kept_rows.numel() > 0) {
@@ -61,10 +69,14 @@ void HeadRowStepper::take_rows(int64_t row_begin, torch::Tensor grad) {
   }
   if (accumulated.defined()) grad.add_(accumulated.narrow(0, row_begin, rows));
   if (kept_rows.numel() > 0) grad.index_fill_(0, kept_rows, 0);
-  reduce(grad);
-  if (owns()) {
-    square_ += grad.square().sum().item<double>();
-    optimizer_.step_rows(options_.index, row_begin, grad, lr_, kept_rows);
+  if (optimizer_) {
+    reduce(grad);
+    if (owns()) {
+      square_ += grad.square().sum().item<double>();
+      optimizer_->step_rows(options_.index, row_begin, grad, lr_, kept_rows);
+    }
+  } else {
+    launch_block(row_begin, grad);
   }
   rows_streamed_ += rows - kept_rows.numel();
   // The last block: what earlier micro-batches accumulated has been used; the lookup's
@@ -78,6 +90,10 @@ void HeadRowStepper::complete() {
   torch::NoGradGuard no_grad;
   layers::Parameter& p = store_.all()[options_.index];
   const torch::Tensor& lookup = p.value.grad();
+  if (!optimizer_) {
+    complete_reduced(lookup);
+    return;
+  }
   if (!delivered_) {  // no fused head formed blocks (unfused, or no head loss): all at once
     if (lookup.defined()) {
       torch::Tensor whole = lookup.is_sparse() ? lookup.to_dense() : lookup.contiguous();
@@ -85,11 +101,23 @@ void HeadRowStepper::complete() {
       reduce(whole);
       if (owns()) {
         square_ += whole.square().sum().item<double>();
-        optimizer_.step_rows(options_.index, 0, whole, lr_);
+        optimizer_->step_rows(options_.index, 0, whole, lr_);
       }
     }
     return;
   }
+  add_lookup_rows(lookup);
+  p.value.mutable_grad().reset();
+  if (touched_.numel() == 0) return;
+  reduce(kept_);
+  if (owns()) {
+    square_ += kept_.square().sum().item<double>();
+    optimizer_->step_row_list(options_.index, touched_, kept_, lr_);
+  }
+  kept_ = torch::Tensor();
+}
+
+void HeadRowStepper::add_lookup_rows(const torch::Tensor& lookup) {
   if (lookup.defined()) {
     if (lookup.is_sparse()) {  // one row per token, added in order as a dense sum would
       torch::Tensor where = position_.index_select(0, lookup._indices().reshape({-1}));
@@ -99,17 +127,78 @@ void HeadRowStepper::complete() {
     } else {
       kept_.add_(lookup.index_select(0, touched_));
     }
-    p.value.mutable_grad().reset();
   }
   if (earlier_.defined()) kept_.add_(earlier_);
   earlier_ = torch::Tensor();
-  if (touched_.numel() == 0) return;
-  reduce(kept_);
-  if (owns()) {
-    square_ += kept_.square().sum().item<double>();
-    optimizer_.step_row_list(options_.index, touched_, kept_, lr_);
+}
+
+void HeadRowStepper::launch_block(int64_t row_begin, const torch::Tensor& grad) {
+  PendingBlock block{row_begin, grad.reshape({-1}), torch::Tensor(), parallel::Handle()};
+  if (options_.owner < 0) {
+    block.result = block.sent;  // summed in place
+    block.handle = dp_.all_reduce_async(block.sent);
+  } else {
+    std::vector<int64_t> counts(dp_.size(), 0);
+    counts[options_.owner] = block.sent.numel();
+    block.result = torch::empty({counts[dp_.rank()]}, grad.options());
+    block.handle = dp_.reduce_scatter_v_async(block.sent, block.result, counts);
   }
-  kept_ = torch::Tensor();
+  blocks_.push_back(std::move(block));
+}
+
+void HeadRowStepper::progress() {
+  for (PendingBlock& block : blocks_)
+    if (block.handle.pending()) block.handle.test();
+}
+
+void HeadRowStepper::complete_reduced(const torch::Tensor& lookup) {
+  layers::Parameter& p = store_.all()[options_.index];
+  if (!delivered_) {  // no fused head formed blocks: the whole gradient at once
+    torch::Tensor whole;
+    if (lookup.defined()) whole = lookup.is_sparse() ? lookup.to_dense() : lookup.contiguous();
+    p.value.mutable_grad().reset();
+    if (!whole.defined()) return;
+    reduce(whole);
+    if (owns()) p.value.mutable_grad() = whole;
+    return;
+  }
+  torch::Tensor reduced;  // on ranks that step
+  const bool one_block = blocks_.size() == 1 && blocks_[0].sent.numel() == p.value.numel();
+  if (owns()) reduced = one_block ? torch::Tensor() : torch::empty_like(p.value);
+  for (PendingBlock& block : blocks_) {
+    block.handle.wait();
+    if (!owns()) continue;
+    if (one_block) {
+      reduced = block.result.view_as(p.value);
+    } else {
+      reduced.view({-1})
+          .narrow(0, block.row_begin * p.value.size(1), block.result.numel())
+          .copy_(block.result);
+    }
+  }
+  blocks_.clear();
+  if (lookup.defined()) {
+    // The last micro-batch's lookup: one row per token on each DP rank. Its rows and values
+    // are gathered (a few MB, against the whole weight's tens) and added on the ranks that
+    // step, in rank order. A dense lookup gradient (no sparse rows) is reduced whole.
+    if (lookup.is_sparse()) {
+      torch::Tensor index = lookup._indices().reshape({-1}).contiguous();
+      torch::Tensor values = lookup._values().contiguous();
+      if (dp_.size() > 1) {
+        index = dp_.all_gather(index, 0);
+        values = dp_.all_gather(values, 0);
+      }
+      if (owns()) reduced.index_add_(0, index, values);
+    } else {
+      torch::Tensor dense = lookup.contiguous();
+      reduce(dense);
+      if (owns()) reduced.add_(dense);
+    }
+  }
+  if (owns())
+    p.value.mutable_grad() = reduced;
+  else
+    p.value.mutable_grad().reset();
 }
 
 void HeadRowStepper::reduce(torch::Tensor& grad) {

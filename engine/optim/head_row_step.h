@@ -10,6 +10,14 @@
 // stepped together. Every row steps exactly once per step, with the gradient of plain
 // training. A step whose head delivered no blocks (the unfused head, or no loss on the head)
 // steps the whole gradient at complete().
+// Without an optimizer (reduce-only, for data parallelism when the optimizer steps after
+// backward) nothing steps and no rows are kept aside: the head's gradient (taken whole, with
+// earlier micro-batches' sum added) is reduced over DP non-blocking, overlapping the rest of
+// backward; at complete() the last lookup's rows, gathered from every DP rank, are added, and
+// the whole reduced gradient is left in .grad() (on the owner under ZeRO-1) for the usual clip
+// and step. Without this the
+// tied weight's gradient, the largest of the model, would be final only at the very end of
+// backward and its whole reduction would wait on the critical path.
 #pragma once
 #include <torch/torch.h>
 
@@ -31,16 +39,21 @@ struct HeadRowStepOptions {
 
 class HeadRowStepper : public layers::HeadGradSink {
  public:
-  HeadRowStepper(layers::ParameterStore& store, AdamW& optimizer, parallel::Communicator& dp,
+  // optimizer null: reduce-only (see above).
+  HeadRowStepper(layers::ParameterStore& store, AdamW* optimizer, parallel::Communicator& dp,
                  const HeadRowStepOptions& options);
 
   // Before the step's forwards: the input tokens of every micro-batch on this rank, and the
   // step's learning rate.
   void begin_step(const std::vector<torch::Tensor>& tokens, double lr);
   int64_t block_rows(int64_t rows) const override;
+  // Reduce-only takes the gradient whole (formed in forward, no second pass over the logits).
+  bool streams() const override { return optimizer_ != nullptr; }
   void take_rows(int64_t row_begin, torch::Tensor grad) override;
   // The lookup's rows have arrived (or backward is over): the kept rows step. Idempotent.
   void complete();
+  // Reduce-only: drives the pending block reductions (call while backward runs).
+  void progress();
   // The squared norm of the weight's final gradient this step; -1 where this rank does not
   // step it.
   double grad_square() const { return owns() ? square_ : -1; }
@@ -53,19 +66,32 @@ class HeadRowStepper : public layers::HeadGradSink {
   bool owns() const { return options_.owner < 0 || options_.owner == dp_.rank(); }
   // The DP sum of grad, on the ranks that step (in place on them).
   void reduce(torch::Tensor& grad);
+  // The lookup's gradient (and earlier micro-batches' sum) of the kept rows, into kept_.
+  void add_lookup_rows(const torch::Tensor& lookup);
+  // Reduce-only: launches the DP sum of rows [row_begin, ...) into reduced_.
+  void launch_block(int64_t row_begin, const torch::Tensor& grad);
+  // Reduce-only complete(): the blocks waited for, the last lookup added, .grad() set.
+  void complete_reduced(const torch::Tensor& lookup);
+
+  struct PendingBlock {
+    int64_t row_begin;
+    torch::Tensor sent, result;  // kept alive until the reduction completes
+    parallel::Handle handle;
+  };
 
   layers::ParameterStore& store_;
-  AdamW& optimizer_;
+  AdamW* optimizer_;  // null: reduce-only
   parallel::Communicator& dp_;
   HeadRowStepOptions options_;
   double lr_ = 0, square_ = 0;
   bool pending_ = false;    // begun, not completed
   bool delivered_ = false;  // the head delivered blocks this step
   int64_t rows_streamed_ = 0;
-  torch::Tensor touched_;   // sorted local rows the lookup reaches (int64)
-  torch::Tensor position_;  // per local row: its place in touched_, or -1
-  torch::Tensor kept_;      // [touched, h]: the head's gradient of those rows
-  torch::Tensor earlier_;   // [touched, h]: their sum over earlier micro-batches, if any
+  torch::Tensor touched_;             // sorted local rows the lookup reaches (int64)
+  torch::Tensor position_;            // per local row: its place in touched_, or -1
+  torch::Tensor kept_;                // [touched, h]: the head's gradient of those rows
+  torch::Tensor earlier_;             // [touched, h]: their sum over earlier micro-batches, if any
+  std::vector<PendingBlock> blocks_;  // reduce-only: launched block reductions
 };
 
 }  // namespace retort::engine

@@ -111,8 +111,11 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
     options.tied_here = config_.model.tied_embeddings;  // and so on this stage
     options.vocab_start = tp_.rank() * store_->all()[options.index].value.size(0);
     options.owner = sync_->zero() ? sync_->zero()->owner(options.index) : -1;
-    head_stepper_ = std::make_unique<HeadRowStepper>(*store_, *optimizer_, mesh_.dp(), options);
+    // Stepping inside backward, or (reduce-only) only reducing it in blocks over DP.
+    AdamW* stepping = config_.optimizer.in_backward ? optimizer_.get() : nullptr;
+    head_stepper_ = std::make_unique<HeadRowStepper>(*store_, stepping, mesh_.dp(), options);
     sync_->set_on_streamed_ready([this](size_t) { head_stepper_->complete(); });
+    if (!stepping) sync_->set_on_progress([this] { head_stepper_->progress(); });
     stage_step_->set_head_grad_sink(head_stepper_.get());
   }
   streams_ = build_sample_streams(config_.data, config_.seed);
@@ -317,9 +320,11 @@ std::vector<MicroBatch> Trainer::read_micro_batches(double& target_count) {
 int64_t Trainer::streamed_head_index() {
   const layers::ModelStage& stage = model_->stage();
   // The fused heads stream their weight's gradient; a tied copy on the last pipeline stage is
-  // final only after the first stage's sum, so it steps whole at finish().
-  if (!config_.optimizer.in_backward || !stage.head ||
-      (config_.model.tied_embeddings && !stage.embedding))
+  // final only after the first stage's sum, so it steps whole at finish(). Without
+  // optimizer-in-backward only a weight tied on this stage under DP streams (to be reduced
+  // in blocks while backward runs); an untied head's bucket is final early anyway.
+  if (!stage.head || (config_.model.tied_embeddings && !stage.embedding)) return -1;
+  if (!config_.optimizer.in_backward && !(config_.model.tied_embeddings && mesh_.dp().size() > 1))
     return -1;
   const std::vector<layers::Parameter>& all = store_->all();
   for (size_t k = 0; k < all.size(); ++k)
@@ -354,11 +359,11 @@ StepResult Trainer::train_step() {
     optimizer_->begin_step();
     step_lr_ = result.lr;
     grad_squares_.assign(store_->all().size(), -1);
-    if (head_stepper_) {
-      std::vector<torch::Tensor> tokens;
-      for (const MicroBatch& b : micro) tokens.push_back(b.tokens);
-      head_stepper_->begin_step(tokens, result.lr);
-    }
+  }
+  if (head_stepper_) {
+    std::vector<torch::Tensor> tokens;
+    for (const MicroBatch& b : micro) tokens.push_back(b.tokens);
+    head_stepper_->begin_step(tokens, result.lr);
   }
   if (distiller_ && distiller_->uses_activations())  // every stage reports every pair
     for (const distill::ActivationPair& pair : distiller_->pairs())

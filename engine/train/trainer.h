@@ -77,8 +77,9 @@ class Trainer {
   // This step's micro-batches of this DP rank and the global number of target tokens.
   std::vector<MicroBatch> read_micro_batches(double& target_count);
   void clear_gradients();
-  // Optimizer-in-backward: the store index of the LM head weight when its gradient is
-  // stepped block by block (HeadRowStepper), else -1.
+  // The store index of the LM head weight when its gradient is streamed block by block to a
+  // HeadRowStepper (stepped under optimizer-in-backward, or reduced over DP when tied),
+  // else -1.
   int64_t streamed_head_index();
   // Optimizer-in-backward: steps parameter k (its gradient final) and frees its gradient.
   void step_in_backward(size_t k);
@@ -108,7 +109,7 @@ class Trainer {
   std::unique_ptr<GradientSync> sync_;
   std::unique_ptr<StageStep> stage_step_;
   std::unique_ptr<layers::ActivationOffloader> offloader_;
-  std::unique_ptr<HeadRowStepper> head_stepper_;         // optimizer-in-backward, fused head
+  std::unique_ptr<HeadRowStepper> head_stepper_;         // in-backward step, or DP reduce (tied)
   std::unique_ptr<GradReadyHooks> gradient_accounting_;  // files gradients under their category
   double step_lr_ = 0;                // the learning rate of the step in progress
   std::vector<double> grad_squares_;  // optimizer-in-backward: squared norms before freeing
