@@ -17,7 +17,6 @@ void HeadRowStepper::begin_step(const std::vector<torch::Tensor>& tokens, double
   pending_ = true;
   delivered_ = false;
   blocks_.clear();
-  if (!optimizer_) return;  // reduce-only keeps no rows aside
   const torch::Tensor& weight = store_.all()[options_.index].value;
   const int64_t local = weight.size(0);
   torch::Tensor reached = torch::zeros({local}, torch::kFloat);
@@ -47,12 +46,6 @@ void HeadRowStepper::take_rows(int64_t row_begin, torch::Tensor grad) {
   layers::Parameter& p = store_.all()[options_.index];
   const int64_t rows = grad.size(0);
   const torch::Tensor& accumulated = p.value.grad();  // earlier micro-batches of the step
-  if (!optimizer_) {  // every row's sum but the last lookup's goes now; that one at complete()
-    if (accumulated.defined()) grad.add_(accumulated.narrow(0, row_begin, rows));
-    launch_block(row_begin, grad);
-    if (row_begin + rows == p.value.size(0)) p.value.mutable_grad().reset();
-    return;
-  }
   torch::Tensor positions = position_.narrow(0, row_begin, rows);
   torch::Tensor kept_rows = (positions >= 0).nonzero().reshape({-1});  // block-relative
   if (kept_rows.numel() > 0) {
@@ -177,24 +170,13 @@ void HeadRowStepper::complete_reduced(const torch::Tensor& lookup) {
     }
   }
   blocks_.clear();
-  if (lookup.defined()) {
-    // The last micro-batch's lookup: one row per token on each DP rank. Its rows and values
-    // are gathered (a few MB, against the whole weight's tens) and added on the ranks that
-    // step, in rank order. A dense lookup gradient (no sparse rows) is reduced whole.
-    if (lookup.is_sparse()) {
-      torch::Tensor index = lookup._indices().reshape({-1}).contiguous();
-      torch::Tensor values = lookup._values().contiguous();
-      if (dp_.size() > 1) {
-        index = dp_.all_gather(index, 0);
-        values = dp_.all_gather(values, 0);
-      }
-      if (owns()) reduced.index_add_(0, index, values);
-    } else {
-      torch::Tensor dense = lookup.contiguous();
-      reduce(dense);
-      if (owns()) reduced.add_(dense);
-    }
+  add_lookup_rows(lookup);
+  p.value.mutable_grad().reset();
+  if (touched_.numel() > 0) {
+    reduce(kept_);
+    if (owns()) reduced.index_copy_(0, touched_, kept_);
   }
+  kept_ = torch::Tensor();
   if (owns())
     p.value.mutable_grad() = reduced;
   else

@@ -11,11 +11,11 @@
 // training. A step whose head delivered no blocks (the unfused head, or no loss on the head)
 // steps the whole gradient at complete().
 // Without an optimizer (reduce-only, for data parallelism when the optimizer steps after
-// backward) nothing steps and no rows are kept aside: the head's gradient (taken whole, with
-// earlier micro-batches' sum added) is reduced over DP non-blocking, overlapping the rest of
-// backward; at complete() the last lookup's rows, gathered from every DP rank, are added, and
-// the whole reduced gradient is left in .grad() (on the owner under ZeRO-1) for the usual clip
-// and step. Without this the
+// backward) nothing steps: the head's gradient is taken whole (formed in forward), and its
+// DP reduction, rows kept aside excepted, runs non-blocking while the rest of backward does;
+// complete() reduces the kept rows as above and leaves the whole reduced gradient in .grad()
+// (on the owner under ZeRO-1) for the usual clip and step. The additions are those of the
+// stepping form, so the two modes give bitwise the same gradient. Without this the
 // tied weight's gradient, the largest of the model, would be final only at the very end of
 // backward and its whole reduction would wait on the critical path.
 #pragma once
@@ -70,7 +70,7 @@ class HeadRowStepper : public layers::HeadGradSink {
   void add_lookup_rows(const torch::Tensor& lookup);
   // Reduce-only: launches the DP sum of rows [row_begin, ...) into reduced_.
   void launch_block(int64_t row_begin, const torch::Tensor& grad);
-  // Reduce-only complete(): the blocks waited for, the last lookup added, .grad() set.
+  // Reduce-only complete(): the blocks waited for, the kept rows reduced, .grad() set.
   void complete_reduced(const torch::Tensor& lookup);
 
   struct PendingBlock {
