@@ -1,9 +1,13 @@
 // layers/blocked_attention.cpp: see blocked_attention.h.
 #include "layers/blocked_attention.h"
 
+#include <ATen/Parallel.h>
+
 #include <cmath>
 #include <limits>
 
+#include "common/process_setup.h"
+#include "layers/attention_kernels.h"
 #include "layers/functional.h"
 
 namespace retort::layers {
@@ -67,11 +71,113 @@ torch::Tensor rows_of(const torch::Tensor& t, const Shape& sh, int64_t q0, int64
   return t.narrow(3, q0, rows).reshape(sizes);
 }
 
+// The fused CPU kernels (attention_kernels.h) take float or double rows of d contiguous
+// values and need the BLAS library's cblas_?gemm.
+bool fused_kernels_apply(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  const auto dtype = q.scalar_type();
+  return q.device().is_cpu() && (dtype == torch::kFloat || dtype == torch::kDouble) &&
+         k.scalar_type() == dtype && v.scalar_type() == dtype &&
+         kernels::attention_blas_available();
+}
+
+kernels::AttentionShape kernel_shape(const Shape& sh) {
+  return {sh.s, sh.d, sh.group, sh.window, sh.block_rows, std::min(sh.key_block, sh.s), sh.scale};
+}
+
+// t [b, heads, s, d] with rows of d contiguous values (copied only if not).
+torch::Tensor unit_rows(const torch::Tensor& t) {
+  return t.stride(3) == 1 ? t : t.contiguous();
+}
+
+template <typename T>
+kernels::HeadRows<T> head_rows(const torch::Tensor& t) {
+  return {t.data_ptr<std::remove_const_t<T>>(), t.stride(0), t.stride(1), t.stride(2)};
+}
+
+// task(i, workspace) for i in [0, n) on torch's threads, each with a workspace of its own (a
+// tensor, so the memory accounting sees it) and the BLAS library's products on the calling
+// thread: its own pool would compete with torch's for the same cores.
+template <typename T, typename Task>
+void run_tasks(int64_t n, int64_t workspace_elements, const torch::TensorOptions& options,
+               const Task& task) {
+  torch::Tensor workspace = torch::empty({at::get_num_threads(), workspace_elements}, options);
+  const int blas = blas_threads();
+  if (blas > 1) set_blas_threads(1);
+  at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
+    T* mine = workspace.data_ptr<T>() + at::get_thread_num() * workspace_elements;
+    for (int64_t i = begin; i < end; ++i) task(i, mine);
+  });
+  if (blas > 1) set_blas_threads(blas);
+}
+
+// Output [b, heads, s, d] (laid out [b, s, heads, d]) and log-sum-exp [b, heads, s].
+std::pair<torch::Tensor, torch::Tensor> fused_forward(const Shape& sh, const torch::Tensor& q,
+                                                      const torch::Tensor& k,
+                                                      const torch::Tensor& v) {
+  const int64_t heads = sh.kv_heads * sh.group;
+  const kernels::AttentionShape ks = kernel_shape(sh);
+  torch::Tensor qr = unit_rows(q), kr = unit_rows(k), vr = unit_rows(v);
+  torch::Tensor out = torch::empty({sh.b, sh.s, heads, sh.d}, q.options()).transpose(1, 2);
+  torch::Tensor lse = torch::empty({sh.b, heads, sh.s}, q.options());
+  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "fused_attention_forward", [&] {
+    scalar_t* lse_data = lse.data_ptr<scalar_t>();
+    run_tasks<scalar_t>(sh.b * heads, kernels::attention_workspace(ks), q.options(),
+                        [&](int64_t i, scalar_t* workspace) {
+                          kernels::attention_forward_head(
+                              ks, head_rows<const scalar_t>(qr), head_rows<const scalar_t>(kr),
+                              head_rows<const scalar_t>(vr), head_rows<scalar_t>(out),
+                              lse_data + i * sh.s, i / heads, i % heads, workspace);
+                        });
+  });
+  return {out, lse};
+}
+
+// dq, dk, dv ([b, heads or kv_heads, s, d], laid out [b, s, heads, d]).
+variable_list fused_backward(const Shape& sh, const torch::Tensor& q, const torch::Tensor& k,
+                             const torch::Tensor& v, const torch::Tensor& out,
+                             const torch::Tensor& lse, const torch::Tensor& d_out) {
+  const int64_t heads = sh.kv_heads * sh.group;
+  const kernels::AttentionShape ks = kernel_shape(sh);
+  torch::Tensor qr = unit_rows(q), kr = unit_rows(k), vr = unit_rows(v), o = unit_rows(out),
+                g = unit_rows(d_out);
+  auto per_head = [&](int64_t h, bool zeroed) {
+    std::vector<int64_t> shape{sh.b, sh.s, h, sh.d};
+    return (zeroed ? torch::zeros(shape, q.options()) : torch::empty(shape, q.options()))
+        .transpose(1, 2);
+  };
+  torch::Tensor dq = per_head(heads, false), dk = per_head(sh.kv_heads, true),
+                dv = per_head(sh.kv_heads, true);
+  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "fused_attention_backward", [&] {
+    const scalar_t* lse_data = lse.data_ptr<scalar_t>();
+    run_tasks<scalar_t>(sh.b * sh.kv_heads, kernels::attention_workspace(ks), q.options(),
+                        [&](int64_t i, scalar_t* workspace) {
+                          const int64_t batch = i / sh.kv_heads;
+                          kernels::attention_backward_kv_head(
+                              ks, head_rows<const scalar_t>(qr), head_rows<const scalar_t>(kr),
+                              head_rows<const scalar_t>(vr), head_rows<const scalar_t>(o),
+                              head_rows<const scalar_t>(g), lse_data + batch * heads * sh.s,
+                              head_rows<scalar_t>(dq), head_rows<scalar_t>(dk),
+                              head_rows<scalar_t>(dv), batch, i % sh.kv_heads, workspace);
+                        });
+  });
+  return {dq, dk, dv};
+}
+
 struct BlockedAttention : torch::autograd::Function<BlockedAttention> {
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor q, torch::Tensor k,
                                torch::Tensor v, int64_t window, int64_t block_rows,
                                int64_t key_block) {
     const Shape sh = shape_of(q, k, window, block_rows, key_block);
+    ctx->saved_data["window"] = window;
+    ctx->saved_data["block_rows"] = block_rows;
+    ctx->saved_data["key_block"] = key_block;
+    const bool fused = fused_kernels_apply(q, k, v);
+    ctx->saved_data["fused"] = fused;
+    if (fused) {
+      auto [out, lse] = fused_forward(sh, q, k, v);
+      ctx->save_for_backward({q, k, v, out, lse});
+      return out;
+    }
     const double neg_inf = -std::numeric_limits<double>::infinity();
     torch::Tensor q5 = q.reshape({sh.b, sh.kv_heads, sh.group, sh.s, sh.d});
     // The output is laid out [b, s, heads, d], what the o projection reads.
@@ -109,9 +215,6 @@ struct BlockedAttention : torch::autograd::Function<BlockedAttention> {
     }
     torch::Tensor result = out.view({sh.b, sh.s, sh.kv_heads * sh.group, sh.d}).transpose(1, 2);
     ctx->save_for_backward({q, k, v, result, lse});
-    ctx->saved_data["window"] = window;
-    ctx->saved_data["block_rows"] = block_rows;
-    ctx->saved_data["key_block"] = key_block;
     return result;
   }
 
@@ -122,6 +225,11 @@ struct BlockedAttention : torch::autograd::Function<BlockedAttention> {
     const Shape sh =
         shape_of(q, k, ctx->saved_data["window"].toInt(), ctx->saved_data["block_rows"].toInt(),
                  ctx->saved_data["key_block"].toInt());
+    if (ctx->saved_data["fused"].toBool()) {
+      variable_list grads_qkv = fused_backward(sh, q, k, v, out, lse, grads[0]);
+      return {grads_qkv[0],    grads_qkv[1],    grads_qkv[2],
+              torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    }
     auto as5 = [&](const torch::Tensor& t) {
       return t.reshape({sh.b, sh.kv_heads, sh.group, sh.s, sh.d});
     };

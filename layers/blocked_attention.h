@@ -17,6 +17,6 @@ namespace retort::layers {
 // serving heads/kv_heads consecutive query heads); queries and keys both at positions 0..s-1.
 torch::Tensor blocked_attention(const torch::Tensor& q, const torch::Tensor& k,
                                 const torch::Tensor& v, int64_t window, int64_t block_rows,
-                                int64_t key_block = 1024);
+                                int64_t key_block = 512);
 
 }  // namespace retort::layers

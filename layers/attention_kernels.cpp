@@ -1,0 +1,315 @@
+// layers/attention_kernels.cpp: see attention_kernels.h. The per-tile passes are target_clones
+// wrappers around always-inline templates (common/simd_clones.h), built with -fopenmp-simd
+// and -fno-trapping-math like the other kernel loops. Within a query block, row t meets the
+// keys [max(0, t - window + 1), t]; a tile's columns outside that range get probability 0
+// explicitly, so no -inf ever enters an exp.
+#include "layers/attention_kernels.h"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "common/simd_clones.h"
+#include "common/vector_exp.h"
+
+namespace retort::layers::kernels {
+namespace {
+
+using retort::kernels::vector_exp;
+
+// CBLAS's enumerations and entry points (the BLAS libtorch loads provides them; no header).
+constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
+using SgemmFn = void (*)(int, int, int, int, int, int, float, const float*, int, const float*, int,
+                         float, float*, int);
+using DgemmFn = void (*)(int, int, int, int, int, int, double, const double*, int, const double*,
+                         int, double, double*, int);
+
+struct Blas {
+  SgemmFn sgemm = reinterpret_cast<SgemmFn>(dlsym(RTLD_DEFAULT, "cblas_sgemm"));
+  DgemmFn dgemm = reinterpret_cast<DgemmFn>(dlsym(RTLD_DEFAULT, "cblas_dgemm"));
+};
+
+const Blas& blas() {
+  static const Blas functions;
+  return functions;
+}
+
+// C[m, n] = alpha * op(A) op(B) + beta * C, row-major, leading dimensions in elements.
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  blas().sgemm(kRowMajor, trans_a ? kTrans : kNoTrans, trans_b ? kTrans : kNoTrans, int(m), int(n),
+               int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
+}
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
+          const double* a, int64_t lda, const double* b, int64_t ldb, double beta, double* c,
+          int64_t ldc) {
+  blas().dgemm(kRowMajor, trans_a ? kTrans : kNoTrans, trans_b ? kTrans : kNoTrans, int(m), int(n),
+               int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
+}
+
+// The keys query row t sees, as tile columns [lo, hi) of the tile starting at key k0 with
+// `cols` columns (lo >= hi: none).
+struct Visible {
+  int64_t lo, hi;
+};
+RETORT_ALWAYS_INLINE Visible visible(int64_t t, int64_t k0, int64_t cols, int64_t window) {
+  const int64_t first = window > 0 ? std::max<int64_t>(0, t - window + 1) : 0;
+  return {std::clamp<int64_t>(first - k0, 0, cols), std::clamp<int64_t>(t + 1 - k0, 0, cols)};
+}
+
+// Online softmax over one tile of scores s [rows, ld] (scaled), in place: per row the running
+// max m and sum l are updated, the accumulated output acc [rows, d] rescaled, and s becomes
+// exp(s - m) on the visible columns, 0 elsewhere.
+template <typename T>
+RETORT_ALWAYS_INLINE void online_softmax_tile(T* s, int64_t ld, int64_t rows, int64_t cols,
+                                              int64_t q0, int64_t k0, int64_t window, T* m, T* l,
+                                              T* acc, int64_t d) {
+  for (int64_t r = 0; r < rows; ++r) {
+    T* __restrict row = s + r * ld;
+    const Visible v = visible(q0 + r, k0, cols, window);
+    if (v.lo >= v.hi) {
+      std::fill(row, row + cols, T(0));
+      continue;
+    }
+    T tile_max = -std::numeric_limits<T>::infinity();
+#pragma omp simd reduction(max : tile_max)
+    for (int64_t j = v.lo; j < v.hi; ++j) tile_max = std::max(tile_max, row[j]);
+    const T m_new = std::max(m[r], tile_max);
+    T sum = 0;
+    std::fill(row, row + v.lo, T(0));
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = v.lo; j < v.hi; ++j) {
+      const T p = vector_exp(row[j] - m_new);
+      row[j] = p;
+      sum += p;
+    }
+    std::fill(row + v.hi, row + cols, T(0));
+    if (m[r] == -std::numeric_limits<T>::infinity()) {
+      l[r] = sum;
+    } else if (m_new != m[r]) {
+      const T correction = vector_exp(m[r] - m_new);
+      l[r] = l[r] * correction + sum;
+      T* __restrict a = acc + r * d;
+#pragma omp simd
+      for (int64_t j = 0; j < d; ++j) a[j] *= correction;
+    } else {
+      l[r] += sum;
+    }
+    m[r] = m_new;
+  }
+}
+
+// Backward: s [rows, ld] (scaled scores) becomes the probabilities exp(s - lse) on the
+// visible columns, 0 elsewhere.
+template <typename T>
+RETORT_ALWAYS_INLINE void probabilities_tile(T* s, int64_t ld, int64_t rows, int64_t cols,
+                                             int64_t q0, int64_t k0, int64_t window, const T* lse) {
+  for (int64_t r = 0; r < rows; ++r) {
+    T* __restrict row = s + r * ld;
+    const Visible v = visible(q0 + r, k0, cols, window);
+    const int64_t lo = std::min(v.lo, v.hi);
+    std::fill(row, row + lo, T(0));
+    const T shift = lse[r];
+#pragma omp simd
+    for (int64_t j = lo; j < v.hi; ++j) row[j] = vector_exp(row[j] - shift);
+    std::fill(row + std::max(lo, v.hi), row + cols, T(0));
+  }
+}
+
+// dp [rows, ld] (dO V^T) becomes dS = p * (dp - row_dot) in place.
+template <typename T>
+RETORT_ALWAYS_INLINE void score_gradient_tile(T* dp, const T* p, int64_t ld, int64_t rows,
+                                              int64_t cols, const T* row_dot) {
+  for (int64_t r = 0; r < rows; ++r) {
+    T* __restrict g = dp + r * ld;
+    const T* __restrict pr = p + r * ld;
+    const T dot = row_dot[r];
+#pragma omp simd
+    for (int64_t j = 0; j < cols; ++j) g[j] = pr[j] * (g[j] - dot);
+  }
+}
+
+// out[r] = sum_j a[r, j] b[r, j] over d columns.
+template <typename T>
+RETORT_ALWAYS_INLINE void row_dots(const T* a, int64_t lda, const T* b, int64_t ldb, int64_t rows,
+                                   int64_t d, T* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* __restrict ar = a + r * lda;
+    const T* __restrict br = b + r * ldb;
+    T sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < d; ++j) sum += ar[j] * br[j];
+    out[r] = sum;
+  }
+}
+
+RETORT_SIMD_CLONES void online_softmax(float* s, int64_t ld, int64_t rows, int64_t cols, int64_t q0,
+                                       int64_t k0, int64_t window, float* m, float* l, float* acc,
+                                       int64_t d) {
+  online_softmax_tile(s, ld, rows, cols, q0, k0, window, m, l, acc, d);
+}
+RETORT_SIMD_CLONES void online_softmax(double* s, int64_t ld, int64_t rows, int64_t cols,
+                                       int64_t q0, int64_t k0, int64_t window, double* m, double* l,
+                                       double* acc, int64_t d) {
+  online_softmax_tile(s, ld, rows, cols, q0, k0, window, m, l, acc, d);
+}
+RETORT_SIMD_CLONES void probabilities(float* s, int64_t ld, int64_t rows, int64_t cols, int64_t q0,
+                                      int64_t k0, int64_t window, const float* lse) {
+  probabilities_tile(s, ld, rows, cols, q0, k0, window, lse);
+}
+RETORT_SIMD_CLONES void probabilities(double* s, int64_t ld, int64_t rows, int64_t cols, int64_t q0,
+                                      int64_t k0, int64_t window, const double* lse) {
+  probabilities_tile(s, ld, rows, cols, q0, k0, window, lse);
+}
+RETORT_SIMD_CLONES void score_gradient(float* dp, const float* p, int64_t ld, int64_t rows,
+                                       int64_t cols, const float* row_dot) {
+  score_gradient_tile(dp, p, ld, rows, cols, row_dot);
+}
+RETORT_SIMD_CLONES void score_gradient(double* dp, const double* p, int64_t ld, int64_t rows,
+                                       int64_t cols, const double* row_dot) {
+  score_gradient_tile(dp, p, ld, rows, cols, row_dot);
+}
+RETORT_SIMD_CLONES void dots(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t rows,
+                             int64_t d, float* out) {
+  row_dots(a, lda, b, ldb, rows, d, out);
+}
+RETORT_SIMD_CLONES void dots(const double* a, int64_t lda, const double* b, int64_t ldb,
+                             int64_t rows, int64_t d, double* out) {
+  row_dots(a, lda, b, ldb, rows, d, out);
+}
+
+// The key tiles query rows [q0, q0 + rows) can see: from the first row's window start to the
+// last row, `key_tile` keys at a time.
+template <typename F>
+void for_each_key_tile(const AttentionShape& sh, int64_t q0, int64_t rows, F&& tile) {
+  const int64_t last = q0 + rows - 1;
+  const int64_t first = sh.window > 0 ? std::max<int64_t>(0, q0 - sh.window + 1) : 0;
+  for (int64_t k0 = first; k0 <= last; k0 += sh.key_tile)
+    tile(k0, std::min(sh.key_tile, last + 1 - k0));
+}
+
+template <typename T>
+void forward_head(const AttentionShape& sh, HeadRows<const T> q, HeadRows<const T> k,
+                  HeadRows<const T> v, HeadRows<T> out, T* lse, int64_t batch, int64_t head,
+                  T* workspace) {
+  const int64_t d = sh.d, ld = sh.key_tile, kv_head = head / sh.group;
+  T* scores = workspace;                          // [block_rows, key_tile]
+  T* acc = scores + sh.block_rows * sh.key_tile;  // [block_rows, d]
+  T* m = acc + sh.block_rows * d;                 // [block_rows]
+  T* l = m + sh.block_rows;                       // [block_rows]
+  const T* k_rows = k.at(batch, kv_head, 0);
+  const T* v_rows = v.at(batch, kv_head, 0);
+  for (int64_t q0 = 0; q0 < sh.s; q0 += sh.block_rows) {
+    const int64_t rows = std::min(sh.block_rows, sh.s - q0);
+    const T* q_rows = q.at(batch, head, q0);
+    std::fill(acc, acc + rows * d, T(0));
+    std::fill(m, m + rows, -std::numeric_limits<T>::infinity());
+    std::fill(l, l + rows, T(0));
+    for_each_key_tile(sh, q0, rows, [&](int64_t k0, int64_t cols) {
+      gemm(false, true, rows, cols, d, T(sh.scale), q_rows, q.row_stride,
+           k_rows + k0 * k.row_stride, k.row_stride, T(0), scores, ld);
+      online_softmax(scores, ld, rows, cols, q0, k0, sh.window, m, l, acc, d);
+      gemm(false, false, rows, d, cols, T(1), scores, ld, v_rows + k0 * v.row_stride, v.row_stride,
+           T(1), acc, d);
+    });
+    for (int64_t r = 0; r < rows; ++r) {
+      T* o = out.at(batch, head, q0 + r);
+      const T inv = T(1) / l[r];
+      for (int64_t j = 0; j < d; ++j) o[j] = acc[r * d + j] * inv;
+      lse[q0 + r] = m[r] + std::log(l[r]);
+    }
+  }
+}
+
+template <typename T>
+void backward_kv_head(const AttentionShape& sh, HeadRows<const T> q, HeadRows<const T> k,
+                      HeadRows<const T> v, HeadRows<const T> out, HeadRows<const T> d_out,
+                      const T* lse, HeadRows<T> dq, HeadRows<T> dk, HeadRows<T> dv, int64_t batch,
+                      int64_t kv_head, T* workspace) {
+  const int64_t d = sh.d, ld = sh.key_tile;
+  T* p = workspace;                              // [block_rows, key_tile]
+  T* ds = p + sh.block_rows * sh.key_tile;       // [block_rows, key_tile]
+  T* dq_acc = ds + sh.block_rows * sh.key_tile;  // [block_rows, d]
+  T* row_dot = dq_acc + sh.block_rows * d;       // [block_rows]
+  const T* k_rows = k.at(batch, kv_head, 0);
+  const T* v_rows = v.at(batch, kv_head, 0);
+  T* dk_rows = dk.at(batch, kv_head, 0);
+  T* dv_rows = dv.at(batch, kv_head, 0);
+  const T scale = T(sh.scale);
+  for (int64_t head = kv_head * sh.group; head < (kv_head + 1) * sh.group; ++head) {
+    for (int64_t q0 = 0; q0 < sh.s; q0 += sh.block_rows) {
+      const int64_t rows = std::min(sh.block_rows, sh.s - q0);
+      const T* q_rows = q.at(batch, head, q0);
+      const T* g_rows = d_out.at(batch, head, q0);
+      const T* lse_rows = lse + head * sh.s + q0;
+      // D_t = sum_j dO_tj O_tj: the softmax backward's row term.
+      dots(g_rows, d_out.row_stride, out.at(batch, head, q0), out.row_stride, rows, d, row_dot);
+      std::fill(dq_acc, dq_acc + rows * d, T(0));
+      for_each_key_tile(sh, q0, rows, [&](int64_t k0, int64_t cols) {
+        gemm(false, true, rows, cols, d, scale, q_rows, q.row_stride, k_rows + k0 * k.row_stride,
+             k.row_stride, T(0), p, ld);
+        probabilities(p, ld, rows, cols, q0, k0, sh.window, lse_rows);
+        // dV += P^T dO
+        gemm(true, false, cols, d, rows, T(1), p, ld, g_rows, d_out.row_stride, T(1),
+             dv_rows + k0 * dv.row_stride, dv.row_stride);
+        // dP = dO V^T, then dS = P (dP - D)
+        gemm(false, true, rows, cols, d, T(1), g_rows, d_out.row_stride, v_rows + k0 * v.row_stride,
+             v.row_stride, T(0), ds, ld);
+        score_gradient(ds, p, ld, rows, cols, row_dot);
+        // dQ += dS K (scaled at the end), dK += scale dS^T Q
+        gemm(false, false, rows, d, cols, T(1), ds, ld, k_rows + k0 * k.row_stride, k.row_stride,
+             T(1), dq_acc, d);
+        gemm(true, false, cols, d, rows, scale, ds, ld, q_rows, q.row_stride, T(1),
+             dk_rows + k0 * dk.row_stride, dk.row_stride);
+      });
+      for (int64_t r = 0; r < rows; ++r) {
+        T* g = dq.at(batch, head, q0 + r);
+        for (int64_t j = 0; j < d; ++j) g[j] = dq_acc[r * d + j] * scale;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+bool attention_blas_available() {
+  return blas().sgemm != nullptr && blas().dgemm != nullptr;
+}
+
+int64_t attention_workspace(const AttentionShape& sh) {
+  return 2 * sh.block_rows * sh.key_tile + sh.block_rows * sh.d + 2 * sh.block_rows;
+}
+
+void attention_forward_head(const AttentionShape& shape, HeadRows<const float> q,
+                            HeadRows<const float> k, HeadRows<const float> v, HeadRows<float> out,
+                            float* lse, int64_t batch, int64_t head, float* workspace) {
+  forward_head(shape, q, k, v, out, lse, batch, head, workspace);
+}
+void attention_forward_head(const AttentionShape& shape, HeadRows<const double> q,
+                            HeadRows<const double> k, HeadRows<const double> v,
+                            HeadRows<double> out, double* lse, int64_t batch, int64_t head,
+                            double* workspace) {
+  forward_head(shape, q, k, v, out, lse, batch, head, workspace);
+}
+
+void attention_backward_kv_head(const AttentionShape& shape, HeadRows<const float> q,
+                                HeadRows<const float> k, HeadRows<const float> v,
+                                HeadRows<const float> out, HeadRows<const float> d_out,
+                                const float* lse, HeadRows<float> dq, HeadRows<float> dk,
+                                HeadRows<float> dv, int64_t batch, int64_t kv_head,
+                                float* workspace) {
+  backward_kv_head(shape, q, k, v, out, d_out, lse, dq, dk, dv, batch, kv_head, workspace);
+}
+void attention_backward_kv_head(const AttentionShape& shape, HeadRows<const double> q,
+                                HeadRows<const double> k, HeadRows<const double> v,
+                                HeadRows<const double> out, HeadRows<const double> d_out,
+                                const double* lse, HeadRows<double> dq, HeadRows<double> dk,
+                                HeadRows<double> dv, int64_t batch, int64_t kv_head,
+                                double* workspace) {
+  backward_kv_head(shape, q, k, v, out, d_out, lse, dq, dk, dv, batch, kv_head, workspace);
+}
+
+}  // namespace retort::layers::kernels
