@@ -60,6 +60,28 @@ RETORT_ALWAYS_INLINE Visible visible(int64_t t, int64_t k0, int64_t cols, int64_
   return {std::clamp<int64_t>(first - k0, 0, cols), std::clamp<int64_t>(t + 1 - k0, 0, cols)};
 }
 
+// The largest of n values.
+template <typename T>
+RETORT_ALWAYS_INLINE T max_of(const T* __restrict x, int64_t n) {
+  T m = -std::numeric_limits<T>::infinity();
+#pragma omp simd reduction(max : m)
+  for (int64_t j = 0; j < n; ++j) m = std::max(m, x[j]);
+  return m;
+}
+
+// x becomes exp(x - shift); returns the sum of the new values.
+template <typename T>
+RETORT_ALWAYS_INLINE T exp_shifted_sum(T* __restrict x, int64_t n, T shift) {
+  T sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t j = 0; j < n; ++j) {
+    const T p = vector_exp(x[j] - shift);
+    x[j] = p;
+    sum += p;
+  }
+  return sum;
+}
+
 // Online softmax over one tile of scores s [rows, ld] (scaled), in place: per row the running
 // max m and sum l are updated, the accumulated output acc [rows, d] rescaled, and s becomes
 // exp(s - m) on the visible columns, 0 elsewhere.
@@ -74,18 +96,9 @@ RETORT_ALWAYS_INLINE void online_softmax_tile(T* s, int64_t ld, int64_t rows, in
       std::fill(row, row + cols, T(0));
       continue;
     }
-    T tile_max = -std::numeric_limits<T>::infinity();
-#pragma omp simd reduction(max : tile_max)
-    for (int64_t j = v.lo; j < v.hi; ++j) tile_max = std::max(tile_max, row[j]);
-    const T m_new = std::max(m[r], tile_max);
-    T sum = 0;
+    const T m_new = std::max(m[r], max_of(row + v.lo, v.hi - v.lo));
     std::fill(row, row + v.lo, T(0));
-#pragma omp simd reduction(+ : sum)
-    for (int64_t j = v.lo; j < v.hi; ++j) {
-      const T p = vector_exp(row[j] - m_new);
-      row[j] = p;
-      sum += p;
-    }
+    const T sum = exp_shifted_sum(row + v.lo, v.hi - v.lo, m_new);
     std::fill(row + v.hi, row + cols, T(0));
     if (m[r] == -std::numeric_limits<T>::infinity()) {
       l[r] = sum;
