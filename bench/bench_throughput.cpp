@@ -2,7 +2,8 @@
 // (hidden 512, 8 layers, 8 heads, 4 kv heads, vocab 32000, tied embeddings, sequence 256,
 // micro-batch 4) through the real Trainer on random tokens: tokens/s and MFU of full training
 // steps (data, forward, backward, gradient sync, clip, AdamW), the step's phases from its
-// StepResult, printed next to the fp32 GEMM peak measured with the same threads.
+// StepResult, printed next to the fp32 GEMM peak measured with the same threads and the step's
+// matrix products timed alone (products_floor.h): the tokens/s no engine on this BLAS exceeds.
 // Usage: bench_throughput [steps=5] [threads=cores] [key=value ...]
 #include <torch/torch.h>
 
@@ -20,6 +21,7 @@
 #include "engine/observe/memory_tracker.h"
 #include "engine/observe/op_profile.h"
 #include "engine/train/trainer.h"
+#include "products_floor.h"
 
 using namespace retort;
 
@@ -60,6 +62,10 @@ int measure(int argc, char** argv) {
   const double peak_1024 = engine::measure_gemm_gflops(1024);
   const double peak_2048 = engine::measure_gemm_gflops(2048, 3);
   const double peak = std::max(peak_1024, peak_2048);
+  const bench::ProductsFloor floor =
+      bench::measure_products_floor(c, config.training.micro_batch * config.data.seq_len,
+                                    config.memory.head_chunk_tokens, config.accumulation_steps());
+  const double floor_tokens_per_s = double(tokens_per_step) / floor.seconds;
 
   std::printf(
       "model: %lld parameters (hidden %lld, %lld layers, %lld heads, %lld kv heads, "
@@ -80,6 +86,9 @@ int measure(int argc, char** argv) {
   std::printf("| fp32 GEMM 1024^3 GFLOP/s        | %12.1f |\n", peak_1024);
   std::printf("| fp32 GEMM 2048^3 GFLOP/s        | %12.1f |\n", peak_2048);
   std::printf("| MFU (vs best GEMM)              | %11.1f%% |\n", 100.0 * achieved / peak);
+  std::printf("| products alone, same shapes (s) | %12.3f |\n", floor.seconds);
+  std::printf("|   their GFLOP/s                 | %12.1f |\n", floor.gflop / floor.seconds);
+  std::printf("|   tokens/s ceiling              | %12.0f |\n", floor_tokens_per_s);
   std::printf("| peak tensor memory in a step    | %9.1f MB |\n", memory.peak_bytes() / 1e6);
   // One more step under torch's profiler: where the step's time goes, by op family (the
   // profiler's own cost inflates small ops, so shares, not the step time, are the point).
@@ -108,10 +117,10 @@ int measure(int argc, char** argv) {
       "json: {\"tokens_per_s\": %.3f, \"step_s\": %.6f, \"forward_s\": %.6f, "
       "\"backward_s\": %.6f, \"sync_s\": %.6f, \"optimizer_s\": %.6f, "
       "\"flops_per_token\": %.1f, \"gemm_peak_gflops\": %.3f, \"mfu\": %.5f, "
-      "\"threads\": %d}\n",
+      "\"products_floor_s\": %.6f, \"threads\": %d}\n",
       tokens_per_s, seconds / steps, total.forward_s / steps, total.backward_s / steps,
       total.sync_s / steps, total.optimizer_s / steps, flops_per_token, peak, achieved / peak,
-      threads);
+      floor.seconds, threads);
   return 0;
 }
 

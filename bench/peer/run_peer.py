@@ -4,8 +4,8 @@
 it alternates the two programs `rounds` times (bench_throughput for Retort, with the model
 of issue 12: hidden 512, 8 layers, 8 heads, 8 kv heads, ffn 1536, vocab 32000 tied,
 sequence 256, micro-batch 4, AdamW, fp32) and prints the best tokens/s of each, their ratio,
-MFU against the fp32 GEMM peak Retort measures with the same threads, and Retort's step-time
-breakdown.
+MFU against the fp32 GEMM peak Retort measures with the same threads, Retort's step-time
+breakdown, and the ceiling the step's matrix products alone set (bench/products_floor.h).
 
 Usage: bench/peer/run_peer.py [--build build] [--rounds 2] [--steps 5] [--threads 2]"""
 import argparse
@@ -101,6 +101,14 @@ def main():
           f"('{best_torch_row[0]}', {best_torch:.0f} tok/s), "
           f"{defaults[1]['tokens_per_s'] / defaults[2]['tokens_per_s']:.2f}x PyTorch with its "
           "defaults")
+    # The step's matrix products alone, back to back through the same BLAS (best of the runs):
+    # the tokens/s no engine calling that BLAS exceeds, whatever it does around them.
+    floor_s = min(row[1]["products_floor_s"] for row in rows)
+    ceiling = defaults[1]["tokens_per_s"] * defaults[1]["step_s"] / floor_s
+    print(f"The step's matrix products alone take {floor_s:.3f} s through this BLAS: no engine "
+          f"calling it exceeds {ceiling:.0f} tok/s = {ceiling / best_torch:.2f}x PyTorch at its "
+          f"best; Retort reaches {defaults[1]['tokens_per_s'] / ceiling:.0%} of that ceiling, "
+          f"PyTorch {best_torch / ceiling:.0%}")
 
 
 if __name__ == "__main__":
