@@ -1,6 +1,7 @@
 // bench/bench_attention.cpp: the causal attention core alone, forward and backward, at one
 // sequence length: layers::blocked_attention (fused CPU kernels) for several query-block and
-// key-tile sizes, and the dense grouped attention, each timed over a few repetitions after a
+// key-tile sizes (and the default one with its tile products through the BLAS instead of
+// layers/tile_gemm.h), and the dense grouped attention, each timed over a few repetitions after a
 // warm-up, with GFLOP/s counted as the training FLOP count does (QK^T and PV over the causal
 // half: 4 h d s(s+1)/2 forward, twice that backward; the recomputed scores not counted).
 // Usage: bench_attention [seq=2048] [threads=cores] [heads=8] [batch=1]
@@ -14,6 +15,7 @@
 #include "common/process_setup.h"
 #include "layers/blocked_attention.h"
 #include "layers/functional.h"
+#include "layers/tile_gemm.h"
 
 using namespace retort;
 
@@ -74,6 +76,11 @@ int main(int argc, char** argv) {
                     (long long)tile);
       report(name, [&] { return layers::blocked_attention(q, k, v, 0, rows, tile); });
     }
+  // The default tiling with the tile products' BLAS form (layers/tile_gemm.h), for comparison.
+  layers::kernels::set_tile_gemm_enabled(false);
+  report("blocked rows 128, key tile 512, BLAS products",
+         [&] { return layers::blocked_attention(q, k, v, 0, 128, 512); });
+  layers::kernels::set_tile_gemm_enabled(true);
   report("dense (s x s scores)", [&] {
     return layers::grouped_attention(q, k, v, layers::attention_mask(s, s, 0, 0, q.options()));
   });

@@ -11,9 +11,11 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "common/simd_clones.h"
 #include "common/vector_exp.h"
+#include "layers/tile_gemm.h"
 
 namespace retort::layers::kernels {
 namespace {
@@ -48,6 +50,51 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double al
           int64_t ldc) {
   blas().dgemm(kRowMajor, trans_a ? kTrans : kNoTrans, trans_b ? kTrans : kNoTrans, int(m), int(n),
                int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
+}
+
+// The tile products: fp32 through tile_gemm where the CPU has AVX-512, with B read from
+// panels packed once per head (`panels` non-null); fp64, fp32 elsewhere, and key tiles that
+// do not start on a panel through the BLAS.
+template <typename T>
+bool tile_products() {
+  if constexpr (std::is_same_v<T, float>) return tile_gemm_available();
+  return false;
+}
+
+// The rows [0, s) of X (d values each, row stride ld) as panels of X, or of X^T when
+// `transposed`, in `space`, which moves past them.
+template <typename T>
+Panels pack(const T* x, int64_t ld, int64_t s, int64_t d, bool transposed, T*& space) {
+  if constexpr (std::is_same_v<T, float>) {
+    const Panels packed =
+        transposed ? pack_panels(x, 1, ld, d, s, space) : pack_panels(x, ld, 1, s, d, space);
+    space += transposed ? panel_elements(d, s) : panel_elements(s, d);
+    return packed;
+  }
+  return {nullptr, 0};
+}
+
+// C[m, n] = alpha A X^T over X's rows [x0, x0 + n) (k = d).
+template <typename T>
+void product_a_xt(int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* x,
+                  int64_t ldx, int64_t x0, const Panels* xt, T* c, int64_t ldc) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (xt && x0 % kPanelColumns == 0)
+      return tile_gemm(m, n, k, alpha, a, lda, 1, xt->columns_from(x0), false, c, ldc);
+  }
+  gemm(false, true, m, n, k, alpha, a, lda, x + x0 * ldx, ldx, T(0), c, ldc);
+}
+
+// C[m, n] += alpha op(A) X over X's rows [x0, x0 + k).
+template <typename T>
+void product_add(bool trans_a, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
+                 const T* x, int64_t ldx, int64_t x0, const Panels* xp, T* c, int64_t ldc) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (xp)
+      return tile_gemm(m, n, k, alpha, a, trans_a ? 1 : lda, trans_a ? lda : 1, xp->rows_from(x0),
+                       true, c, ldc);
+  }
+  gemm(trans_a, false, m, n, k, alpha, a, lda, x + x0 * ldx, ldx, T(1), c, ldc);
 }
 
 // The keys query row t sees, as tile columns [lo, hi) of the tile starting at key k0 with
@@ -199,9 +246,26 @@ RETORT_SIMD_CLONES void dots(const double* a, int64_t lda, const double* b, int6
 template <typename F>
 void for_each_key_tile(const AttentionShape& sh, int64_t q0, int64_t rows, F&& tile) {
   const int64_t last = q0 + rows - 1;
-  const int64_t first = sh.window > 0 ? std::max<int64_t>(0, q0 - sh.window + 1) : 0;
+  // Tiles start on a panel boundary (the keys before the window get probability 0).
+  const int64_t first =
+      sh.window > 0 ? std::max<int64_t>(0, q0 - sh.window + 1) / kPanelColumns * kPanelColumns : 0;
   for (int64_t k0 = first; k0 <= last; k0 += sh.key_tile)
     tile(k0, std::min(sh.key_tile, last + 1 - k0));
+}
+
+// The query rows of a tile in groups, each with the tile columns [0, c) it needs: one group
+// when the whole tile is at or below the diagonal; on the diagonal, groups of kDiagonalRows
+// rows, each up to its last row's own key, since columns right of that are masked for all of
+// its rows (so about 1/8 of a 128-row diagonal tile is formed for nothing, not half of it).
+constexpr int64_t kDiagonalRows = 32;
+template <typename F>
+void for_each_row_group(int64_t q0, int64_t rows, int64_t k0, int64_t cols, F&& group) {
+  if (k0 + cols <= q0 + 1) return group(int64_t(0), rows, cols);
+  for (int64_t r0 = 0; r0 < rows; r0 += kDiagonalRows) {
+    const int64_t r = std::min(kDiagonalRows, rows - r0);
+    const int64_t c = std::min(cols, q0 + r0 + r - k0);
+    if (c > 0) group(r0, r, c);
+  }
 }
 
 template <typename T>
@@ -215,6 +279,13 @@ void forward_head(const AttentionShape& sh, HeadRows<const T> q, HeadRows<const 
   T* l = m + sh.block_rows;                       // [block_rows]
   const T* k_rows = k.at(batch, kv_head, 0);
   const T* v_rows = v.at(batch, kv_head, 0);
+  const bool tiles = tile_products<T>();
+  T* space = l + sh.block_rows;
+  Panels keys_t{}, values{};
+  if (tiles) {
+    keys_t = pack(k_rows, k.row_stride, sh.s, d, true, space);
+    values = pack(v_rows, v.row_stride, sh.s, d, false, space);
+  }
   for (int64_t q0 = 0; q0 < sh.s; q0 += sh.block_rows) {
     const int64_t rows = std::min(sh.block_rows, sh.s - q0);
     const T* q_rows = q.at(batch, head, q0);
@@ -222,11 +293,17 @@ void forward_head(const AttentionShape& sh, HeadRows<const T> q, HeadRows<const 
     std::fill(m, m + rows, -std::numeric_limits<T>::infinity());
     std::fill(l, l + rows, T(0));
     for_each_key_tile(sh, q0, rows, [&](int64_t k0, int64_t cols) {
-      gemm(false, true, rows, cols, d, T(sh.scale), q_rows, q.row_stride,
-           k_rows + k0 * k.row_stride, k.row_stride, T(0), scores, ld);
+      // Scores only where some row of the group can see the key: the online softmax reads
+      // visible columns only and writes 0 to the others, so P V below adds nothing for them.
+      for_each_row_group(q0, rows, k0, cols, [&](int64_t r0, int64_t r, int64_t c) {
+        product_a_xt(r, c, d, T(sh.scale), q_rows + r0 * q.row_stride, q.row_stride, k_rows,
+                     k.row_stride, k0, tiles ? &keys_t : nullptr, scores + r0 * ld, ld);
+      });
       online_softmax(scores, ld, rows, cols, q0, k0, sh.window, m, l, acc, d);
-      gemm(false, false, rows, d, cols, T(1), scores, ld, v_rows + k0 * v.row_stride, v.row_stride,
-           T(1), acc, d);
+      for_each_row_group(q0, rows, k0, cols, [&](int64_t r0, int64_t r, int64_t c) {
+        product_add(false, r, d, c, T(1), scores + r0 * ld, ld, v_rows, v.row_stride, k0,
+                    tiles ? &values : nullptr, acc + r0 * d, d);
+      });
     });
     for (int64_t r = 0; r < rows; ++r) {
       T* o = out.at(batch, head, q0 + r);
@@ -252,31 +329,52 @@ void backward_kv_head(const AttentionShape& sh, HeadRows<const T> q, HeadRows<co
   T* dk_rows = dk.at(batch, kv_head, 0);
   T* dv_rows = dv.at(batch, kv_head, 0);
   const T scale = T(sh.scale);
+  const bool tiles = tile_products<T>();
+  T* const head_space = row_dot + sh.block_rows;
+  T* space = head_space;
+  Panels keys_t{}, values_t{}, keys{}, queries{}, grads{};
+  if (tiles) {
+    keys_t = pack(k_rows, k.row_stride, sh.s, d, true, space);
+    values_t = pack(v_rows, v.row_stride, sh.s, d, true, space);
+    keys = pack(k_rows, k.row_stride, sh.s, d, false, space);
+  }
+  T* const block_space = space;  // the query block's Q and dO
   for (int64_t head = kv_head * sh.group; head < (kv_head + 1) * sh.group; ++head) {
     for (int64_t q0 = 0; q0 < sh.s; q0 += sh.block_rows) {
       const int64_t rows = std::min(sh.block_rows, sh.s - q0);
       const T* q_rows = q.at(batch, head, q0);
       const T* g_rows = d_out.at(batch, head, q0);
       const T* lse_rows = lse + head * sh.s + q0;
+      if (tiles) {
+        space = block_space;
+        queries = pack(q_rows, q.row_stride, rows, d, false, space);
+        grads = pack(g_rows, d_out.row_stride, rows, d, false, space);
+      }
       // D_t = sum_j dO_tj O_tj: the softmax backward's row term.
       dots(g_rows, d_out.row_stride, out.at(batch, head, q0), out.row_stride, rows, d, row_dot);
       std::fill(dq_acc, dq_acc + rows * d, T(0));
       for_each_key_tile(sh, q0, rows, [&](int64_t k0, int64_t cols) {
-        gemm(false, true, rows, cols, d, scale, q_rows, q.row_stride, k_rows + k0 * k.row_stride,
-             k.row_stride, T(0), p, ld);
+        for_each_row_group(q0, rows, k0, cols, [&](int64_t r0, int64_t r, int64_t c) {
+          product_a_xt(r, c, d, scale, q_rows + r0 * q.row_stride, q.row_stride, k_rows,
+                       k.row_stride, k0, tiles ? &keys_t : nullptr, p + r0 * ld, ld);
+        });
         probabilities(p, ld, rows, cols, q0, k0, sh.window, lse_rows);
-        // dV += P^T dO
-        gemm(true, false, cols, d, rows, T(1), p, ld, g_rows, d_out.row_stride, T(1),
-             dv_rows + k0 * dv.row_stride, dv.row_stride);
-        // dP = dO V^T, then dS = P (dP - D)
-        gemm(false, true, rows, cols, d, T(1), g_rows, d_out.row_stride, v_rows + k0 * v.row_stride,
-             v.row_stride, T(0), ds, ld);
-        score_gradient(ds, p, ld, rows, cols, row_dot);
-        // dQ += dS K (scaled at the end), dK += scale dS^T Q
-        gemm(false, false, rows, d, cols, T(1), ds, ld, k_rows + k0 * k.row_stride, k.row_stride,
-             T(1), dq_acc, d);
-        gemm(true, false, cols, d, rows, scale, ds, ld, q_rows, q.row_stride, T(1),
-             dk_rows + k0 * dk.row_stride, dk.row_stride);
+        for_each_row_group(q0, rows, k0, cols, [&](int64_t r0, int64_t r, int64_t c) {
+          T* p_rows = p + r0 * ld;
+          T* ds_rows = ds + r0 * ld;
+          // dV += P^T dO
+          product_add(true, c, d, r, T(1), p_rows, ld, g_rows, d_out.row_stride, r0,
+                      tiles ? &grads : nullptr, dv_rows + k0 * dv.row_stride, dv.row_stride);
+          // dP = dO V^T, then dS = P (dP - D)
+          product_a_xt(r, c, d, T(1), g_rows + r0 * d_out.row_stride, d_out.row_stride, v_rows,
+                       v.row_stride, k0, tiles ? &values_t : nullptr, ds_rows, ld);
+          score_gradient(ds_rows, p_rows, ld, r, c, row_dot + r0);
+          // dQ += dS K (scaled at the end), dK += scale dS^T Q
+          product_add(false, r, d, c, T(1), ds_rows, ld, k_rows, k.row_stride, k0,
+                      tiles ? &keys : nullptr, dq_acc + r0 * d, d);
+          product_add(true, c, d, r, scale, ds_rows, ld, q_rows, q.row_stride, r0,
+                      tiles ? &queries : nullptr, dk_rows + k0 * dk.row_stride, dk.row_stride);
+        });
       });
       for (int64_t r = 0; r < rows; ++r) {
         T* g = dq.at(batch, head, q0 + r);
@@ -293,7 +391,12 @@ bool attention_blas_available() {
 }
 
 int64_t attention_workspace(const AttentionShape& sh) {
-  return 2 * sh.block_rows * sh.key_tile + sh.block_rows * sh.d + 2 * sh.block_rows;
+  // The tile products' panels: K^T and V (forward); K^T, V^T, K, and the query block's Q and
+  // dO (backward). Linear in the sequence, like the rest.
+  const int64_t transposed = panel_elements(sh.d, sh.s), by_rows = panel_elements(sh.s, sh.d);
+  const int64_t panels = std::max(
+      transposed + by_rows, 2 * transposed + by_rows + 2 * panel_elements(sh.block_rows, sh.d));
+  return 2 * sh.block_rows * sh.key_tile + sh.block_rows * sh.d + 2 * sh.block_rows + panels;
 }
 
 void attention_forward_head(const AttentionShape& shape, HeadRows<const float> q,

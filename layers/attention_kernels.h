@@ -5,9 +5,13 @@
 // in forward, the saved log-sum-exp in backward) and used by the next product at once, so no
 // element-wise pass goes through memory. Backward is FlashAttention-2's: scores formed again,
 // dV, dP, dS, dQ and dK per tile, dK and dV accumulated in place for the key/value head.
+// On the diagonal a tile's rows go in groups of 32, each formed only up to its own last key.
 // No torch here: the caller (layers/blocked_attention.cpp) runs heads in parallel, one BLAS
-// thread each. The products call the BLAS library already loaded with libtorch (cblas_sgemm,
-// cblas_dgemm), looked up at run time.
+// thread each. fp32 products run as layers/tile_gemm.h on AVX-512 CPUs (K^T, V, V^T and K
+// packed into panels once per head, Q and dO once per query block); fp64 and fp32 elsewhere
+// call the BLAS library already loaded with libtorch (cblas_sgemm, cblas_dgemm), looked up at
+// run time. Key tiles start on a 32-key boundary (keys before a window's start get
+// probability 0), so a tile's K^T is whole panels.
 #pragma once
 #include <cstdint>
 

@@ -12,6 +12,7 @@
 #include "layers/blocked_attention.h"
 #include "layers/functional.h"
 #include "layers/fused_ops.h"
+#include "layers/tile_gemm.h"
 #include "layers/vocab_parallel.h"
 
 using namespace retort::layers;
@@ -171,7 +172,11 @@ void check_blocked_attention(int64_t heads, int64_t kv_heads, int64_t s, int64_t
     return grouped_attention(in[0], in[1], in[2], mask);
   };
   expect_match(blocked, dense, {q, k, v}, seed, torch::kDouble, kFloat64Tol);
+  // fp32 twice: through the tile products (on AVX-512 CPUs) and through the BLAS.
   expect_match(blocked, dense, {q, k, v}, seed, torch::kFloat, kFloat32Tol);
+  kernels::set_tile_gemm_enabled(false);
+  expect_match(blocked, dense, {q, k, v}, seed, torch::kFloat, kFloat32Tol);
+  kernels::set_tile_gemm_enabled(true);
 }
 
 }  // namespace
@@ -181,13 +186,15 @@ TEST(BlockedAttention, MatchesDenseCausal) {
   check_blocked_attention(4, 2, 37, 0, 8, 16);    // GQA, several query and key blocks
   check_blocked_attention(4, 4, 37, 0, 64, 512);  // one block covering the whole sequence
   check_blocked_attention(6, 1, 33, 0, 5, 3);     // multi-query, key blocks smaller than rows
+  check_blocked_attention(4, 2, 100, 0, 24, 64);  // key tiles on 32-column panels
 }
 
 TEST(BlockedAttention, MatchesDenseSlidingWindow) {
   torch::manual_seed(6);
-  check_blocked_attention(4, 2, 37, 5, 8, 4);    // window shorter than a query block
-  check_blocked_attention(4, 2, 37, 12, 8, 16);  // window spanning blocks
-  check_blocked_attention(2, 2, 20, 1, 7, 3);    // each query sees only itself
+  check_blocked_attention(4, 2, 37, 5, 8, 4);      // window shorter than a query block
+  check_blocked_attention(4, 2, 37, 12, 8, 16);    // window spanning blocks
+  check_blocked_attention(2, 2, 20, 1, 7, 3);      // each query sees only itself
+  check_blocked_attention(4, 2, 100, 45, 24, 32);  // window starts rounded down to a panel
 }
 
 TEST(BlockedAttention, NeverHoldsASequenceSquaredTensor) {

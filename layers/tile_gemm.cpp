@@ -1,0 +1,155 @@
+// layers/tile_gemm.cpp: see tile_gemm.h. A register block is MR rows x one 32-column panel
+// (two zmm per row): per step p it loads the panel's two vectors and broadcasts MR values of
+// A, 2 MR fused multiply-adds; MR = 12 keeps 24 accumulators in the 32 zmm registers. Partial
+// blocks (fewer rows, a last panel under 32 columns) use smaller MR instantiations and masked
+// stores.
+#include "layers/tile_gemm.h"
+
+#include <algorithm>
+#include <atomic>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define RETORT_TILE_GEMM 1
+#endif
+
+namespace retort::layers::kernels {
+
+int64_t panel_elements(int64_t k, int64_t n) {
+  return k * ((n + kPanelColumns - 1) / kPanelColumns) * kPanelColumns;
+}
+
+Panels pack_panels(const float* b, int64_t b_row, int64_t b_col, int64_t k, int64_t n, float* out) {
+  const int64_t stride = kPanelColumns * k;
+  for (int64_t c0 = 0; c0 < n; c0 += kPanelColumns) {
+    float* panel = out + (c0 / kPanelColumns) * stride;
+    const int64_t width = std::min(kPanelColumns, n - c0);
+    if (b_col == 1) {  // rows of B are contiguous: copy row pieces
+      for (int64_t p = 0; p < k; ++p) {
+        std::copy(b + p * b_row + c0, b + p * b_row + c0 + width, panel + p * kPanelColumns);
+        std::fill(panel + p * kPanelColumns + width, panel + (p + 1) * kPanelColumns, 0.0f);
+      }
+    } else {  // B = X^T with X given by rows: each X row fills one panel column
+      if (width < kPanelColumns) std::fill(panel, panel + stride, 0.0f);
+      for (int64_t c = 0; c < width; ++c) {
+        const float* x = b + (c0 + c) * b_col;
+        for (int64_t p = 0; p < k; ++p) panel[p * kPanelColumns + c] = x[p * b_row];
+      }
+    }
+  }
+  return {out, stride};
+}
+
+#ifdef RETORT_TILE_GEMM
+namespace {
+
+constexpr int kRows = 12;
+
+template <int MR>
+__attribute__((target("avx512f"), always_inline)) inline void block(
+    int64_t k, float alpha, const float* a, int64_t a_row, int64_t a_col, const float* b,
+    __mmask16 m0, __mmask16 m1, bool accumulate, float* c, int64_t ldc) {
+  __m512 acc0[MR], acc1[MR];
+#pragma GCC unroll 12
+  for (int i = 0; i < MR; ++i) {
+    acc0[i] = _mm512_setzero_ps();
+    acc1[i] = _mm512_setzero_ps();
+  }
+  for (int64_t p = 0; p < k; ++p) {
+    const __m512 b0 = _mm512_loadu_ps(b + p * kPanelColumns);
+    const __m512 b1 = _mm512_loadu_ps(b + p * kPanelColumns + 16);
+    const float* ap = a + p * a_col;
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; ++i) {
+      const __m512 ai = _mm512_set1_ps(ap[i * a_row]);
+      acc0[i] = _mm512_fmadd_ps(ai, b0, acc0[i]);
+      acc1[i] = _mm512_fmadd_ps(ai, b1, acc1[i]);
+    }
+  }
+  const __m512 scale = _mm512_set1_ps(alpha);
+#pragma GCC unroll 12
+  for (int i = 0; i < MR; ++i) {
+    float* ci = c + i * ldc;
+    __m512 r0 = _mm512_mul_ps(scale, acc0[i]), r1 = _mm512_mul_ps(scale, acc1[i]);
+    if (accumulate) {
+      r0 = _mm512_add_ps(r0, _mm512_maskz_loadu_ps(m0, ci));
+      r1 = _mm512_add_ps(r1, _mm512_maskz_loadu_ps(m1, ci + 16));
+    }
+    _mm512_mask_storeu_ps(ci, m0, r0);
+    _mm512_mask_storeu_ps(ci + 16, m1, r1);
+  }
+}
+
+// The rows below a multiple of kRows: one block of 1..11 rows.
+template <int MR = kRows - 1>
+__attribute__((target("avx512f"))) void tail_block(int rows, int64_t k, float alpha, const float* a,
+                                                   int64_t a_row, int64_t a_col, const float* b,
+                                                   __mmask16 m0, __mmask16 m1, bool accumulate,
+                                                   float* c, int64_t ldc) {
+  if constexpr (MR > 0) {
+    if (rows == MR) return block<MR>(k, alpha, a, a_row, a_col, b, m0, m1, accumulate, c, ldc);
+    tail_block<MR - 1>(rows, k, alpha, a, a_row, a_col, b, m0, m1, accumulate, c, ldc);
+  }
+}
+
+__mmask16 lanes(int64_t n) {
+  return n >= 16 ? __mmask16(0xffff) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
+}
+
+__attribute__((target("avx512f"))) void tile_gemm_avx512(int64_t m, int64_t n, int64_t k,
+                                                         float alpha, const float* a, int64_t a_row,
+                                                         int64_t a_col, Panels b, bool accumulate,
+                                                         float* c, int64_t ldc) {
+  // Panels outer: one panel (k x 128 bytes) stays in L1 for all row blocks.
+  for (int64_t j = 0; j < n; j += kPanelColumns) {
+    const __mmask16 m0 = lanes(n - j), m1 = lanes(n - j - 16);
+    const float* panel = b.data + (j / kPanelColumns) * b.panel_stride;
+    int64_t i = 0;
+    for (; i + kRows <= m; i += kRows)
+      block<kRows>(k, alpha, a + i * a_row, a_row, a_col, panel, m0, m1, accumulate,
+                   c + i * ldc + j, ldc);
+    if (i < m)
+      tail_block(int(m - i), k, alpha, a + i * a_row, a_row, a_col, panel, m0, m1, accumulate,
+                 c + i * ldc + j, ldc);
+  }
+}
+
+}  // namespace
+
+namespace {
+std::atomic<bool> enabled{true};
+}  // namespace
+
+void set_tile_gemm_enabled(bool on) {
+  enabled = on;
+}
+
+bool tile_gemm_available() {
+  static const bool cpu_has_it = __builtin_cpu_supports("avx512f");
+  return cpu_has_it && enabled;
+}
+
+void tile_gemm(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t a_row,
+               int64_t a_col, Panels b, bool accumulate, float* c, int64_t ldc) {
+  tile_gemm_avx512(m, n, k, alpha, a, a_row, a_col, b, accumulate, c, ldc);
+}
+#else
+void set_tile_gemm_enabled(bool) {}
+bool tile_gemm_available() {
+  return false;
+}
+
+void tile_gemm(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t a_row,
+               int64_t a_col, Panels b, bool accumulate, float* c, int64_t ldc) {
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      float sum = 0;
+      for (int64_t p = 0; p < k; ++p)
+        sum += a[i * a_row + p * a_col] *
+               b.data[(j / kPanelColumns) * b.panel_stride + p * kPanelColumns + j % kPanelColumns];
+      c[i * ldc + j] = alpha * sum + (accumulate ? c[i * ldc + j] : 0.0f);
+    }
+}
+#endif
+
+}  // namespace retort::layers::kernels
