@@ -7,9 +7,11 @@
 // Usage: bench_attention [seq=2048] [threads=cores] [heads=8] [batch=1]
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <thread>
+#include <vector>
 
 #include "common/compute_threads.h"
 #include "common/process_setup.h"
@@ -76,11 +78,31 @@ int main(int argc, char** argv) {
                     (long long)tile);
       report(name, [&] { return layers::blocked_attention(q, k, v, 0, rows, tile); });
     }
-  // The default tiling with the tile products' BLAS form (layers/tile_gemm.h), for comparison.
-  layers::kernels::set_tile_gemm_enabled(false);
-  report("blocked rows 128, key tile 512, BLAS products",
-         [&] { return layers::blocked_attention(q, k, v, 0, 128, 512); });
+  // The default tiling with its products through layers/tile_gemm.h and through the BLAS,
+  // alternated 8 times (this machine's speed drifts), medians and bests of fwd+bwd.
+  std::vector<double> rates[2];
+  for (int round = 0; round < 8; ++round)
+    for (int blas = 0; blas < 2; ++blas) {
+      layers::kernels::set_tile_gemm_enabled(!blas);
+      const double both = seconds(
+          [&] {
+            q.mutable_grad().reset();
+            k.mutable_grad().reset();
+            v.mutable_grad().reset();
+            layers::blocked_attention(q, k, v, 0, 128, 512).backward(seed);
+          },
+          3);
+      rates[blas].push_back(3 * forward_flops / both / 1e9);
+    }
   layers::kernels::set_tile_gemm_enabled(true);
+  for (int blas = 0; blas < 2; ++blas) {
+    std::sort(rates[blas].begin(), rates[blas].end());
+    std::printf(
+        "| blocked rows 128, key tile 512, products %s (8 alternating rounds) | - | - | "
+        "median | %.1f (best %.1f) |\n",
+        blas ? "through the BLAS" : "by tile_gemm", rates[blas][rates[blas].size() / 2],
+        rates[blas].back());
+  }
   report("dense (s x s scores)", [&] {
     return layers::grouped_attention(q, k, v, layers::attention_mask(s, s, 0, 0, q.options()));
   });
