@@ -152,18 +152,25 @@ TEST(FusedKernels, RopeInPlaceMatchesRotateHalf) {
 namespace {
 
 // Blocked attention against the dense grouped attention with its mask.
+// q_scale sets the spread of the scores (about q_scale x 1.5 standard deviations).
 void check_blocked_attention(int64_t heads, int64_t kv_heads, int64_t s, int64_t window,
-                             int64_t block_rows, int64_t key_block) {
+                             int64_t block_rows, int64_t key_block, double q_scale = 1.5) {
   SCOPED_TRACE(::testing::Message()
                << "heads " << heads << "/" << kv_heads << " s " << s << " window " << window
-               << " blocks " << block_rows << "x" << key_block);
+               << " blocks " << block_rows << "x" << key_block << " q scale " << q_scale);
   const int64_t b = 2, d = 8;
   // Laid out as the attention makes them: [b, s, heads, d] viewed as [b, heads, s, d].
-  auto per_head = [&](int64_t h) {
-    return (torch::randn({b, s, h, d}, torch::kDouble) * 1.5).transpose(1, 2);
+  // Values fp32 holds exactly, so the float64 reference sees the fp32 runs' very inputs (with
+  // sharp scores, rounding the inputs alone moves the gradients by more than fp32 round-off).
+  auto per_head = [&](int64_t h, double scale) {
+    return (torch::randn({b, s, h, d}, torch::kDouble) * scale)
+        .to(torch::kFloat)
+        .to(torch::kDouble)
+        .transpose(1, 2);
   };
-  torch::Tensor q = per_head(heads), k = per_head(kv_heads), v = per_head(kv_heads);
-  torch::Tensor seed = torch::randn({b, heads, s, d}, torch::kDouble);
+  torch::Tensor q = per_head(heads, q_scale), k = per_head(kv_heads, 1.5),
+                v = per_head(kv_heads, 1.5);
+  torch::Tensor seed = torch::randn({b, heads, s, d}, torch::kFloat).to(torch::kDouble);
   auto blocked = [&](const std::vector<torch::Tensor>& in) {
     return blocked_attention(in[0], in[1], in[2], window, block_rows, key_block);
   };
@@ -195,6 +202,16 @@ TEST(BlockedAttention, MatchesDenseSlidingWindow) {
   check_blocked_attention(4, 2, 37, 12, 8, 16);    // window spanning blocks
   check_blocked_attention(2, 2, 20, 1, 7, 3);      // each query sees only itself
   check_blocked_attention(4, 2, 100, 45, 24, 32);  // window starts rounded down to a panel
+}
+
+TEST(BlockedAttention, SharpScoresStayFinite) {
+  // Scores spread over hundreds: the softmax's shift must be each row's true maximum over
+  // every visible key of the tile (a shift short of it by more than 88 overflows fp32's exp),
+  // including the keys past the last full vector and those of a window's first tile.
+  torch::manual_seed(8);
+  check_blocked_attention(4, 2, 100, 0, 24, 64, 60.0);
+  check_blocked_attention(4, 2, 100, 45, 24, 32, 60.0);
+  check_blocked_attention(2, 2, 37, 0, 8, 13, 60.0);
 }
 
 TEST(BlockedAttention, NeverHoldsASequenceSquaredTensor) {
