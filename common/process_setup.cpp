@@ -6,6 +6,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -20,6 +21,13 @@ constexpr const char* kJemallocPaths[] = {"/usr/lib/x86_64-linux-gnu/libjemalloc
 // Freed pages are never purged: the steps reuse the same sizes, so returning memory to the
 // OS only to fault it in again is the cost this avoids (glibc's mallopt below does the same).
 constexpr const char* kJemallocConf = "dirty_decay_ms:-1,muzzy_decay_ms:-1";
+
+// OpenBLAS's idle workers spin (calling sched_yield) for 2^N cycles before they sleep; its
+// default N = 28 is about 0.1 s, so after every product a worker competes with the
+// attention and elementwise kernels torch's threads run on the same cores (10% of a
+// sequence-2048 step's CPU time went to sched_yield). 2^10 cycles is a few tenths of a
+// microsecond; waking a sleeping worker for the next product costs microseconds.
+constexpr const char* kBlasIdleSpin = "10";
 
 using Mallctl = int (*)(const char*, void*, size_t*, void*, size_t);
 
@@ -49,6 +57,10 @@ void setup_process(char** argv) {
   bool restart = false;
   if (!std::getenv("OMP_WAIT_POLICY")) {
     setenv("OMP_WAIT_POLICY", "passive", 1);
+    restart = true;
+  }
+  if (!std::getenv("OPENBLAS_THREAD_TIMEOUT")) {
+    setenv("OPENBLAS_THREAD_TIMEOUT", kBlasIdleSpin, 1);
     restart = true;
   }
   const char* jemalloc = installed_jemalloc();
@@ -98,12 +110,23 @@ int blas_threads() {
   return get ? get() : 0;
 }
 
+int blas_idle_spin_log2() {
+  using Timeout = int (*)();
+  auto read = reinterpret_cast<Timeout>(dlsym(RTLD_DEFAULT, "openblas_thread_timeout"));
+  if (!read) return 0;
+  // What OpenBLAS read from OPENBLAS_THREAD_TIMEOUT when it loaded (0: unset), clamped as
+  // its thread server clamps it; unset means its built-in 2^28.
+  const int read_value = read();
+  return read_value <= 0 ? 28 : std::clamp(read_value, 4, 30);
+}
+
 std::string process_summary() {
   const char* policy = std::getenv("OMP_WAIT_POLICY");
-  const int blas = blas_threads();
+  const int blas = blas_threads(), spin = blas_idle_spin_log2();
   return std::string("OpenMP wait policy ") + (policy ? policy : "default (spinning)") +
-         ", BLAS threads " + (blas > 0 ? std::to_string(blas) : "its own") + ", allocator " +
-         allocator_summary();
+         ", BLAS threads " + (blas > 0 ? std::to_string(blas) : "its own") +
+         (spin > 0 ? ", BLAS idle spin 2^" + std::to_string(spin) + " cycles" : "") +
+         ", allocator " + allocator_summary();
 }
 
 }  // namespace retort

@@ -13,9 +13,13 @@
 //    bench/peer/run_peer.py); the preload is removed from the environment once running, so
 //    child processes do not inherit it. Otherwise, or with RETORT_ALLOCATOR=glibc, glibc is
 //    tuned with mallopt. A user's own LD_PRELOAD is left alone.
+//  - OpenBLAS's idle workers sleep after a short spin (OPENBLAS_THREAD_TIMEOUT=10, 2^10
+//    cycles, set in the same re-execution when unset; its default spins ~0.1 s yielding the
+//    core, competing with the attention and elementwise kernels: 440 -> 470 tok/s at
+//    sequence 2048, 4 of 4 alternating pairs).
 //  - BLAS threads follow the engine's thread count (OpenBLAS's pthread pool otherwise takes
 //    every core in every rank).
-// RETORT_PROCESS_TUNING=0 turns the first two off (for measuring them).
+// RETORT_PROCESS_TUNING=0 turns the first three off (for measuring them).
 #pragma once
 #include <string>
 
@@ -29,6 +33,9 @@ void setup_process(char** argv);
 bool set_blas_threads(int threads);
 // The BLAS library's own thread count, or 0 without a pool of its own.
 int blas_threads();
+// How long OpenBLAS's idle workers spin before sleeping, as log2 of cycles, as the library
+// itself read it when loaded; 0 without OpenBLAS's pthread pool.
+int blas_idle_spin_log2();
 // The allocator in use: "jemalloc 5.3.0 (freed pages kept)" or "glibc malloc".
 std::string allocator_summary();
 // One line for the start-up banner: OpenMP's wait policy, the BLAS threads, the allocator.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/cli/process_setup.sh: engine_train sets up its own process. Started without
 # OMP_WAIT_POLICY it runs with OpenMP waiting passively (it re-executes itself with the
-# variable set) and its BLAS threads equal its intra-op threads (runtime.threads=1 here, 2
+# variable set), OpenBLAS's idle workers spin 2^10 cycles before sleeping (as OpenBLAS itself
+# reports what it read at load) instead of its 2^28, and its BLAS threads equal its intra-op threads (runtime.threads=1 here, 2
 # ranks under mpirun); it runs on jemalloc with freed pages kept (preloaded in the same
 # re-execution; setup.sh installs libjemalloc2), or on glibc with RETORT_ALLOCATOR=glibc; a
 # policy the user set is kept; RETORT_PROCESS_TUNING=0 turns it all off.
@@ -15,7 +16,7 @@ trap 'rm -rf "$work"' EXIT
 run() {  # run NAME RANKS THREADS [env assignments...]: prints the banner line
   local name=$1 ranks=$2 threads=$3
   shift 3
-  env -u OMP_WAIT_POLICY "$@" mpirun --oversubscribe -np "$ranks" "$train" "$configs/tiny.yaml" \
+  env -u OMP_WAIT_POLICY -u OPENBLAS_THREAD_TIMEOUT "$@" mpirun --oversubscribe -np "$ranks" "$train" "$configs/tiny.yaml" \
     data.paths="[$corpus]" training.steps=1 training.eval_every=0 checkpoint.save_at_end=false \
     runtime.peak_gflops=100 runtime.threads="$threads" run.dir="$work/$name" \
     >"$work/$name.log" 2>&1 || { cat "$work/$name.log"; exit 1; }
@@ -32,18 +33,21 @@ expect "$line" "OpenMP wait policy passive"
 spins=$(grep "GOMP_SPINCOUNT" "$work/unset.log" | tail -1)
 expect "$spins" "GOMP_SPINCOUNT = '0'"
 expect "$line" "BLAS threads 1"
+expect "$line" "BLAS idle spin 2^10 cycles"
 expect "$line" "allocator jemalloc [0-9.]* (freed pages kept)"
 line=$(run three 1 3)
 expect "$line" "BLAS threads 3"
-line=$(run user 1 2 OMP_WAIT_POLICY=active)
+line=$(run user 1 2 OMP_WAIT_POLICY=active OPENBLAS_THREAD_TIMEOUT=20)
 expect "$line" "OpenMP wait policy active"
+expect "$line" "BLAS idle spin 2^20 cycles"
 expect "$line" "allocator jemalloc"
 line=$(run glibc 1 2 RETORT_ALLOCATOR=glibc)
 expect "$line" "OpenMP wait policy passive"
 expect "$line" "allocator glibc malloc"
 line=$(run off 1 2 RETORT_PROCESS_TUNING=0 OMP_DISPLAY_ENV=verbose)
 expect "$line" "OpenMP wait policy default"
+expect "$line" "BLAS idle spin 2^28 cycles"
 expect "$line" "allocator glibc malloc"
 spins=$(grep "GOMP_SPINCOUNT" "$work/off.log" | tail -1)
 expect "$spins" "GOMP_SPINCOUNT = '300000'"
-echo "process set-up: passive OpenMP and jemalloc by default, BLAS threads follow runtime.threads"
+echo "process set-up: passive OpenMP, short BLAS idle spin and jemalloc by default, BLAS threads follow runtime.threads"
