@@ -278,15 +278,23 @@ void for_each_row_group(int64_t q0, int64_t rows, int64_t k0, int64_t cols, F&& 
   }
 }
 
+// The score tiles' row stride: the key tile plus one cache line, so a tile's rows (2 KB apart
+// for 512 keys) do not all fall on the same two L1 sets while the products broadcast from 12
+// of them at once.
+template <typename T>
+int64_t score_stride(const AttentionShape& sh) {
+  return sh.key_tile + 64 / int64_t(sizeof(T));
+}
+
 template <typename T>
 void forward_head(const AttentionShape& sh, HeadRows<const T> q, HeadRows<const T> k,
                   HeadRows<const T> v, HeadRows<T> out, T* lse, int64_t batch, int64_t head,
                   T* workspace) {
-  const int64_t d = sh.d, ld = sh.key_tile, kv_head = head / sh.group;
-  T* scores = workspace;                          // [block_rows, key_tile]
-  T* acc = scores + sh.block_rows * sh.key_tile;  // [block_rows, d]
-  T* m = acc + sh.block_rows * d;                 // [block_rows]
-  T* l = m + sh.block_rows;                       // [block_rows]
+  const int64_t d = sh.d, ld = score_stride<T>(sh), kv_head = head / sh.group;
+  T* scores = workspace;                 // [block_rows, ld]
+  T* acc = scores + sh.block_rows * ld;  // [block_rows, d]
+  T* m = acc + sh.block_rows * d;        // [block_rows]
+  T* l = m + sh.block_rows;              // [block_rows]
   const T* k_rows = k.at(batch, kv_head, 0);
   const T* v_rows = v.at(batch, kv_head, 0);
   const bool tiles = tile_products<T>();
@@ -329,11 +337,11 @@ void backward_kv_head(const AttentionShape& sh, HeadRows<const T> q, HeadRows<co
                       HeadRows<const T> v, HeadRows<const T> out, HeadRows<const T> d_out,
                       const T* lse, HeadRows<T> dq, HeadRows<T> dk, HeadRows<T> dv, int64_t batch,
                       int64_t kv_head, T* workspace) {
-  const int64_t d = sh.d, ld = sh.key_tile;
-  T* p = workspace;                              // [block_rows, key_tile]
-  T* ds = p + sh.block_rows * sh.key_tile;       // [block_rows, key_tile]
-  T* dq_acc = ds + sh.block_rows * sh.key_tile;  // [block_rows, d]
-  T* row_dot = dq_acc + sh.block_rows * d;       // [block_rows]
+  const int64_t d = sh.d, ld = score_stride<T>(sh);
+  T* p = workspace;                         // [block_rows, ld]
+  T* ds = p + sh.block_rows * ld;           // [block_rows, ld]
+  T* dq_acc = ds + sh.block_rows * ld;      // [block_rows, d]
+  T* row_dot = dq_acc + sh.block_rows * d;  // [block_rows]
   const T* k_rows = k.at(batch, kv_head, 0);
   const T* v_rows = v.at(batch, kv_head, 0);
   T* dk_rows = dk.at(batch, kv_head, 0);
@@ -406,7 +414,9 @@ int64_t attention_workspace(const AttentionShape& sh) {
   const int64_t transposed = panel_elements(sh.d, sh.s), by_rows = panel_elements(sh.s, sh.d);
   const int64_t panels = std::max(
       transposed + by_rows, 2 * transposed + by_rows + 2 * panel_elements(sh.block_rows, sh.d));
-  return 2 * sh.block_rows * sh.key_tile + sh.block_rows * sh.d + 2 * sh.block_rows + panels;
+  // Two score tiles of score_stride<float> (that of double is shorter in elements).
+  return 2 * sh.block_rows * score_stride<float>(sh) + sh.block_rows * sh.d + 2 * sh.block_rows +
+         panels;
 }
 
 void attention_forward_head(const AttentionShape& shape, HeadRows<const float> q,
