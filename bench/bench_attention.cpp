@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
   };
   torch::Tensor q = part(0).detach().requires_grad_(), k = part(1).detach().requires_grad_(),
                 v = part(2).detach().requires_grad_();
-  torch::Tensor seed = torch::randn({b, heads, s, d});
+  torch::Tensor seed = torch::randn({b, s, heads, d}).transpose(1, 2);  // as o_proj gives it
   const double forward_flops = 4.0 * b * heads * d * s * (s + 1) / 2;
   std::printf("attention core: batch %lld, %lld heads of %lld, seq %lld, fp32, %d thread(s)\n",
               (long long)b, (long long)heads, (long long)d, (long long)s, threads);
