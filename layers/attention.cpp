@@ -27,6 +27,7 @@ Attention::Attention(const ModelConfig& c, const std::string& p, int64_t window,
     v_.emplace(v, store, offset, d);
   }
   o_.emplace(LinearSpec{p + "o_proj", c.heads * d, h, out_std, false}, store, tp);
+  place_adjacent({&*q_, &*k_, &*v_});  // the fused q|k|v product reads them in place
 }
 
 torch::Tensor Attention::forward(const torch::Tensor& x, const torch::Tensor& rope_cos,

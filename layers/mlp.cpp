@@ -13,6 +13,7 @@ SwiGluMlp::SwiGluMlp(const ModelConfig& c, const std::string& p, ParameterStore&
   gate_.emplace(LinearSpec{p + "gate_proj", c.hidden, c.ffn_hidden, c.init_std}, store, tp);
   up_.emplace(LinearSpec{p + "up_proj", c.hidden, c.ffn_hidden, c.init_std}, store, tp);
   down_.emplace(LinearSpec{p + "down_proj", c.ffn_hidden, c.hidden, out_std}, store, tp);
+  place_adjacent({&*gate_, &*up_});  // the fused gate|up product reads them in place
 }
 
 torch::Tensor SwiGluMlp::forward(const torch::Tensor& x, const RecomputePolicy& recompute,

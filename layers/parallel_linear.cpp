@@ -65,14 +65,15 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 // x [..., in] times the stacked weights [sum of out, in], transposed. Saves x and the
-// weights themselves, not their stacked copy: backward stacks them again (a copy small next
-// to the products), so the copy never lives from forward to backward.
+// weights themselves, not a stacked copy: backward stacks them again (a view when they are
+// adjacent, else a copy small next to the products), so no copy lives from forward to
+// backward.
 struct PackedProduct : torch::autograd::Function<PackedProduct> {
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, at::TensorList weights) {
     variable_list saved{x};
     saved.insert(saved.end(), weights.begin(), weights.end());
     ctx->save_for_backward(saved);
-    return torch::matmul(x, torch::cat(weights).t());
+    return torch::matmul(x, stacked_rows(weights).t());
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -80,7 +81,7 @@ struct PackedProduct : torch::autograd::Function<PackedProduct> {
     const torch::Tensor& x = saved[0];
     const std::vector<torch::Tensor> weights(saved.begin() + 1, saved.end());
     const torch::Tensor dy = grads[0];
-    torch::Tensor dx = torch::matmul(dy, torch::cat(weights));
+    torch::Tensor dx = torch::matmul(dy, stacked_rows(weights));
     const int64_t in = x.size(-1), out = dy.size(-1);
     torch::Tensor dw = torch::matmul(dy.reshape({-1, out}).t(), x.reshape({-1, in}));
     variable_list result{dx};
@@ -93,7 +94,45 @@ struct PackedProduct : torch::autograd::Function<PackedProduct> {
   }
 };
 
+// Rebinds each tensor to its slice of one new buffer holding their values one after another.
+void share_one_buffer(const std::vector<torch::Tensor>& tensors) {
+  int64_t total = 0;
+  for (const torch::Tensor& t : tensors) total += t.numel();
+  torch::NoGradGuard no_grad;
+  const torch::Tensor buffer = torch::empty({total}, tensors.front().options());
+  int64_t offset = 0;
+  for (torch::Tensor t : tensors) {
+    torch::Tensor slice = buffer.narrow(0, offset, t.numel()).view(t.sizes());
+    slice.copy_(t);
+    t.set_data(slice);
+    offset += t.numel();
+  }
+}
+
 }  // namespace
+
+torch::Tensor stacked_rows(at::TensorList matrices) {
+  bool adjacent = true;
+  int64_t rows = 0;
+  for (size_t i = 0; i < matrices.size() && adjacent; ++i) {
+    const torch::Tensor& m = matrices[i];
+    adjacent = m.dim() == 2 && m.is_contiguous() && m.size(1) == matrices[0].size(1) &&
+               m.scalar_type() == matrices[0].scalar_type() && m.is_alias_of(matrices[0]) &&
+               m.storage_offset() == matrices[0].storage_offset() + rows * m.size(1);
+    rows += m.size(0);
+  }
+  if (!adjacent) return torch::cat(matrices);
+  return matrices[0].as_strided({rows, matrices[0].size(1)}, {matrices[0].size(1), 1});
+}
+
+void place_adjacent(const std::vector<const ColumnParallelLinear*>& parts) {
+  std::vector<torch::Tensor> weights;
+  for (const ColumnParallelLinear* part : parts) {
+    if (!part->uses_whole_weight()) return;
+    weights.push_back(part->weight());
+  }
+  share_one_buffer(weights);
+}
 
 torch::Tensor packed_column_forward(const std::vector<const ColumnParallelLinear*>& parts,
                                     const torch::Tensor& x) {

@@ -33,6 +33,10 @@ class ColumnParallelLinear {
   // The rows of weight and bias this rank multiplies by (bias undefined without one).
   torch::Tensor local_weight() const;
   torch::Tensor local_bias() const;
+  // Whether the whole local weight is used (no row range), so it can share a buffer.
+  bool uses_whole_weight() const { return rows_ == 0; }
+  // The parameter itself (handles to the same tensors the store holds).
+  torch::Tensor weight() const { return weight_; }
 
  private:
   torch::Tensor weight_, bias_;
@@ -43,11 +47,23 @@ class ColumnParallelLinear {
 // stacked local weights: [..., in] -> [..., sum of out_local], each one's output a slice of
 // the last dimension in the order given (q|k|v, gate|up). One larger product runs faster than
 // several small ones, and its backward forms the input's gradient in one product instead of
-// a sum of several. The parameters stay separate (checkpoints, TP slicing unchanged); the
-// weights are stacked into a temporary copy in forward and again in backward, so no stacked
-// copy is kept between them.
+// a sum of several. The parameters stay separate (checkpoints, TP slicing unchanged). When
+// their weights lie one after another in memory (place_adjacent) the product reads them in
+// place; otherwise they are stacked into a temporary copy in forward and again in backward,
+// so no stacked copy is kept between them.
 torch::Tensor packed_column_forward(const std::vector<const ColumnParallelLinear*>& parts,
                                     const torch::Tensor& x);
+
+// Moves the weights of `parts` into one buffer, in this order, so packed_column_forward
+// multiplies by them without stacking a copy each step (biases, small, are still stacked). Names,
+// shapes, values and requires_grad are unchanged; only the storage becomes shared (as Python's
+// `p.data = flat[i:j].view_as(p)`). Parts that use a row range of their weight are left as
+// they are.
+void place_adjacent(const std::vector<const ColumnParallelLinear*>& parts);
+
+// The matrices stacked along rows: a view when they lie one after another in one storage
+// (contiguous, same width), else a copy (torch::cat).
+torch::Tensor stacked_rows(at::TensorList matrices);
 
 class RowParallelLinear {
  public:

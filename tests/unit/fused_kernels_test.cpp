@@ -12,6 +12,8 @@
 #include "layers/blocked_attention.h"
 #include "layers/functional.h"
 #include "layers/fused_ops.h"
+#include "layers/model.h"
+#include "layers/parallel_linear.h"
 #include "layers/tile_gemm.h"
 #include "layers/vocab_parallel.h"
 
@@ -276,4 +278,70 @@ TEST(FusedKernels, HeadCrossEntropyMatchesMaterialisedLogits) {
   expect_match(fused, reference, {x, weight}, seed, torch::kFloat, kFloat32Tol);
   Outcome got = run(fused, {x.to(torch::kFloat), weight.to(torch::kFloat)}, seed.to(torch::kFloat));
   EXPECT_EQ(got.grads[1].narrow(0, vocab, padded - vocab).abs().max().item<double>(), 0.0);
+}
+
+// The packed q|k|v and gate|up products read their weights in place once place_adjacent has
+// put them in one buffer: no stacked copy (the view's first element is the first weight's),
+// values, names and requires_grad unchanged, and the product and its gradients those of the
+// separate layers, computed here from copies of the weights in float64.
+TEST(PackedLinear, AdjacentWeightsAreReadInPlace) {
+  ParameterStore store(5, torch::kFloat);
+  const TensorParallel tp;
+  ColumnParallelLinear a({"a", 16, 24}, store, tp), b({"b", 16, 8}, store, tp),
+      c({"c", 16, 8}, store, tp);
+  std::vector<torch::Tensor> before;
+  for (const char* name : {"a.weight", "b.weight", "c.weight"})
+    before.push_back(store.find(name)->value.detach().clone());
+  place_adjacent({&a, &b, &c});
+
+  const torch::Tensor wa = a.weight(), wb = b.weight(), wc = c.weight();
+  EXPECT_EQ(store.find("b.weight")->value.data_ptr(), wb.data_ptr());
+  EXPECT_TRUE(wb.requires_grad());
+  EXPECT_TRUE(torch::equal(wb, before[1]));
+  const torch::Tensor stacked = stacked_rows({wa, wb, wc});
+  EXPECT_EQ(stacked.data_ptr(), wa.data_ptr()) << "the stacked weights were copied";
+  EXPECT_TRUE(torch::equal(stacked, torch::cat(before)));
+  // Not adjacent in the order asked: a copy, with the right values.
+  EXPECT_TRUE(torch::equal(stacked_rows({wb, wa}), torch::cat({before[1], before[0]})));
+
+  const torch::Tensor x = torch::randn({2, 5, 16}).requires_grad_(true);
+  const torch::Tensor dy = torch::randn({2, 5, 40});
+  const torch::Tensor y = packed_column_forward({&a, &b, &c}, x);
+  y.backward(dy);
+  const torch::Tensor x64 = x.detach().to(torch::kDouble).reshape({10, 16});
+  const torch::Tensor dy64 = dy.to(torch::kDouble).reshape({10, 40});
+  const torch::Tensor w64 = torch::cat(before).to(torch::kDouble);
+  const double tol = 1e-5;
+  EXPECT_TRUE(
+      torch::allclose(y.to(torch::kDouble).reshape({10, 40}), x64.matmul(w64.t()), tol, tol));
+  EXPECT_TRUE(
+      torch::allclose(x.grad().to(torch::kDouble).reshape({10, 16}), dy64.matmul(w64), tol, tol));
+  const torch::Tensor dw64 = dy64.t().matmul(x64);
+  EXPECT_TRUE(torch::allclose(wa.grad().to(torch::kDouble), dw64.narrow(0, 0, 24), tol, tol));
+  EXPECT_TRUE(torch::allclose(wb.grad().to(torch::kDouble), dw64.narrow(0, 24, 8), tol, tol));
+  EXPECT_TRUE(torch::allclose(wc.grad().to(torch::kDouble), dw64.narrow(0, 32, 8), tol, tol));
+}
+
+// Every layer of a model built the usual way (one rank) has its q|k|v and gate|up weights
+// adjacent, so the fused step never stacks a copy of them.
+TEST(PackedLinear, ModelLayersHaveAdjacentPackedWeights) {
+  ModelConfig config;
+  config.vocab_size = 300;
+  config.hidden = 32;
+  config.heads = 4;
+  config.kv_heads = 2;
+  config.ffn_hidden = 48;
+  config.layers = 2;
+  ParameterStore store(3, torch::kFloat);
+  LlamaModel model(config, store);
+  for (int64_t layer = 0; layer < config.layers; ++layer)
+    for (const std::vector<std::string>& group :
+         {std::vector<std::string>{"attn.q_proj", "attn.k_proj", "attn.v_proj"},
+          std::vector<std::string>{"mlp.gate_proj", "mlp.up_proj"}}) {
+      std::vector<torch::Tensor> weights;
+      for (const std::string& part : group)
+        weights.push_back(store.find(capture_name(layer, part + ".weight"))->value);
+      EXPECT_EQ(stacked_rows(weights).data_ptr(), weights[0].data_ptr())
+          << "layer " << layer << " " << group[0];
+    }
 }
