@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """bench/peer/run_peer.py: Retort against the plain PyTorch eager loop of the same Llama
 (bench/peer/torch_llama.py) on this machine, in one invocation. For each environment setting
-it alternates the two programs `rounds` times (bench_throughput for Retort, with the model
-of issue 12: hidden 512, 8 layers, 8 heads, 8 kv heads, ffn 1536, vocab 32000 tied,
+it runs the two programs back to back in each of `rounds` rounds, every round going through
+all settings (bench_throughput for Retort, with the model of issue 12: hidden 512, 8 layers, 8 heads, 8 kv heads, ffn 1536, vocab 32000 tied,
 sequence 256, micro-batch 4, AdamW, fp32) and prints the best tokens/s of each, their ratio,
 MFU against the fp32 GEMM peak Retort measures with the same threads, Retort's step-time
 breakdown, and the ceiling the step's matrix products alone set (bench/products_floor.h).
@@ -68,18 +68,22 @@ def main():
     retort += MODEL_KEYS
     torch_loop = ["/usr/bin/python3", os.path.join(HERE, "torch_llama.py"), "--steps",
                   str(a.steps), "--threads", str(a.threads)]
-    rows = []
-    for name, env in SETTINGS:
-        best_r, best_t = None, None
-        for _ in range(a.rounds):
-            r = run(retort, env)
-            t = run(torch_loop, env)
-            if best_r is None or r["tokens_per_s"] > best_r["tokens_per_s"]:
-                best_r = r
-            if best_t is None or t["tokens_per_s"] > best_t["tokens_per_s"]:
-                best_t = t
-        rows.append((name, best_r, best_t))
-        print(f"  measured: {name}", file=sys.stderr)
+    # Rounds are the outer loop: every round measures every setting, Retort and PyTorch back to
+    # back (which goes first alternates by round), so each row samples the same phases of this
+    # machine, whose speed drifts by 20% or more over minutes.
+    runs = {name: ([], []) for name, _ in SETTINGS}
+    for round_index in range(a.rounds):
+        for name, env in SETTINGS:
+            retort_runs, torch_runs = runs[name]
+            if round_index % 2 == 0:
+                retort_runs.append(run(retort, env))
+                torch_runs.append(run(torch_loop, env))
+            else:
+                torch_runs.append(run(torch_loop, env))
+                retort_runs.append(run(retort, env))
+        print(f"  round {round_index + 1} of {a.rounds} measured", file=sys.stderr)
+    best = lambda results: max(results, key=lambda result: result["tokens_per_s"])
+    rows = [(name, best(runs[name][0]), best(runs[name][1])) for name, _ in SETTINGS]
 
     print(f"{a.threads} thread(s), {a.rounds} alternating round(s) of {a.steps} steps each, best "
           "of the rounds; MFU against Retort's fp32 GEMM peak with the same threads")
@@ -105,6 +109,13 @@ def main():
           f"('{best_torch_row[0]}', {best_torch:.0f} tok/s), "
           f"{defaults[1]['tokens_per_s'] / defaults[2]['tokens_per_s']:.2f}x PyTorch with its "
           "defaults")
+    # The same comparison within each round, where both ran minutes apart in the same phase.
+    torch_best_name = best_torch_row[0]
+    per_round = [r["tokens_per_s"] / t["tokens_per_s"]
+                 for r, t in zip(runs[SETTINGS[0][0]][0], runs[torch_best_name][1])]
+    print("Per round (Retort defaults / PyTorch at that setting, same round): " +
+          ", ".join(f"{ratio:.2f}x" for ratio in per_round) +
+          f"; median {sorted(per_round)[len(per_round) // 2]:.2f}x")
     # The step's matrix products alone, back to back through the same BLAS (best of the runs):
     # the tokens/s no engine calling that BLAS exceeds, whatever it does around them.
     floor_s = min(row[1]["products_floor_s"] for row in rows)
