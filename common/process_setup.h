@@ -1,11 +1,13 @@
 // common/process_setup.h: how a Retort program sets up its own process before any work, so
 // its speed does not depend on environment variables the user would have to know about.
-//  - OpenMP's idle workers sleep (OMP_WAIT_POLICY=passive). Torch's OpenMP pool and
-//    OpenBLAS's own threads take turns on the same cores; with libgomp's default, workers spin
-//    after every parallel region and steal the cores the matrix products need (measured on
-//    2 cores: 309 -> 450 tok/s). libgomp reads the variable when it is loaded, before main,
-//    so when it is unset the program sets it and re-executes itself once; a value the user
-//    set is kept.
+//  - OpenMP's idle workers sleep after a short spin (OMP_WAIT_POLICY=passive with
+//    GOMP_SPINCOUNT=10000, about 0.1 ms). Torch's OpenMP pool and OpenBLAS's own threads take
+//    turns on the same cores; with libgomp's default, workers spin 3 ms after every parallel
+//    region and steal the cores the matrix products need (measured on 2 cores: 309 -> 450
+//    tok/s); with no spin at all each short element-wise region wakes them through a futex
+//    (598 -> 613 tok/s at sequence 256, 529 -> 557 at 2048). libgomp reads the variables when
+//    it is loaded, before main, so when OMP_WAIT_POLICY is unset the program sets both and
+//    re-executes itself once; values the user set are kept.
 //  - The allocator keeps freed memory: without it, large freed blocks go back to the OS and
 //    every step page-faults its activations in again. Where Debian's jemalloc is installed
 //    (libjemalloc2; tools/setup.sh installs it) the program preloads it with page purging
@@ -38,7 +40,8 @@ int blas_threads();
 int blas_idle_spin_log2();
 // The allocator in use: "jemalloc 5.3.0 (freed pages kept)" or "glibc malloc".
 std::string allocator_summary();
-// One line for the start-up banner: OpenMP's wait policy, the BLAS threads, the allocator.
+// One line for the start-up banner: OpenMP's wait policy and idle spin, the BLAS threads, the
+// allocator.
 std::string process_summary();
 
 }  // namespace retort

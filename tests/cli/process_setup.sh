@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # tests/cli/process_setup.sh: engine_train sets up its own process. Started without
-# OMP_WAIT_POLICY it runs with OpenMP waiting passively (it re-executes itself with the
-# variable set), OpenBLAS's idle workers spin 2^10 cycles before sleeping (as OpenBLAS itself
+# OMP_WAIT_POLICY it runs with OpenMP's idle workers sleeping after a spin of 10000 (it
+# re-executes itself with OMP_WAIT_POLICY=passive and GOMP_SPINCOUNT=10000 set), OpenBLAS's idle workers spin 2^10 cycles before sleeping (as OpenBLAS itself
 # reports what it read at load) instead of its 2^28, and its BLAS threads equal its intra-op threads (runtime.threads=1 here, 2
 # ranks under mpirun); it runs on jemalloc with freed pages kept (preloaded in the same
 # re-execution; setup.sh installs libjemalloc2), or on glibc with RETORT_ALLOCATOR=glibc; a
 # policy the user set is kept; RETORT_PROCESS_TUNING=0 turns it all off.
 # The environment alone proves nothing (libgomp reads it when loaded): libgomp's own display
-# (OMP_DISPLAY_ENV=verbose) must show its spin count at 0 in the process that trains.
+# (OMP_DISPLAY_ENV=verbose) must show its spin count at 10000 in the process that trains.
 # Usage: process_setup.sh ENGINE_TRAIN CORPUS_PREFIX CONFIGS_DIR
 set -euo pipefail
 train=$1 corpus=$2 configs=$3
@@ -16,7 +16,7 @@ trap 'rm -rf "$work"' EXIT
 run() {  # run NAME RANKS THREADS [env assignments...]: prints the banner line
   local name=$1 ranks=$2 threads=$3
   shift 3
-  env -u OMP_WAIT_POLICY -u OPENBLAS_THREAD_TIMEOUT "$@" mpirun --oversubscribe -np "$ranks" "$train" "$configs/tiny.yaml" \
+  env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u OPENBLAS_THREAD_TIMEOUT "$@" mpirun --oversubscribe -np "$ranks" "$train" "$configs/tiny.yaml" \
     data.paths="[$corpus]" training.steps=1 training.eval_every=0 checkpoint.save_at_end=false \
     runtime.peak_gflops=100 runtime.threads="$threads" run.dir="$work/$name" \
     >"$work/$name.log" 2>&1 || { cat "$work/$name.log"; exit 1; }
@@ -29,16 +29,18 @@ expect() {  # expect LINE PATTERN
   fi
 }
 line=$(run unset 2 1 OMP_DISPLAY_ENV=verbose)
-expect "$line" "OpenMP wait policy passive"
+expect "$line" "OpenMP wait policy passive, OpenMP idle spin 10000"
 spins=$(grep "GOMP_SPINCOUNT" "$work/unset.log" | tail -1)
-expect "$spins" "GOMP_SPINCOUNT = '0'"
+expect "$spins" "GOMP_SPINCOUNT = '10000'"
 expect "$line" "BLAS threads 1"
 expect "$line" "BLAS idle spin 2^10 cycles"
 expect "$line" "allocator jemalloc [0-9.]* (freed pages kept)"
 line=$(run three 1 3)
 expect "$line" "BLAS threads 3"
-line=$(run user 1 2 OMP_WAIT_POLICY=active OPENBLAS_THREAD_TIMEOUT=20)
-expect "$line" "OpenMP wait policy active"
+line=$(run user 1 2 OMP_WAIT_POLICY=active OPENBLAS_THREAD_TIMEOUT=20 OMP_DISPLAY_ENV=verbose)
+expect "$line" "OpenMP wait policy active, BLAS"
+spins=$(grep "GOMP_SPINCOUNT" "$work/user.log" | tail -1)
+expect "$spins" "GOMP_SPINCOUNT = '30000000000'"
 expect "$line" "BLAS idle spin 2^20 cycles"
 expect "$line" "allocator jemalloc"
 line=$(run glibc 1 2 RETORT_ALLOCATOR=glibc)
@@ -50,4 +52,4 @@ expect "$line" "BLAS idle spin 2^28 cycles"
 expect "$line" "allocator glibc malloc"
 spins=$(grep "GOMP_SPINCOUNT" "$work/off.log" | tail -1)
 expect "$spins" "GOMP_SPINCOUNT = '300000'"
-echo "process set-up: passive OpenMP, short BLAS idle spin and jemalloc by default, BLAS threads follow runtime.threads"
+echo "process set-up: OpenMP idle spin 10000, short BLAS idle spin and jemalloc by default, BLAS threads follow runtime.threads"
