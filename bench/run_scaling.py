@@ -11,6 +11,8 @@ import json
 import os
 import subprocess
 
+from bench_env import clean_environment, describe_removed
+
 MPIRUN = ["mpirun", "--oversubscribe", "--bind-to", "none"]
 LAYOUTS = [  # (name, ranks, key=value)
     ("1 rank", 1, []),
@@ -22,7 +24,7 @@ TARGETS = {"DP2": 1.85, "TP2": 1.6}
 
 
 def run(command):
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    env = clean_environment(dict(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1"))
     out = subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout
     for line in out.splitlines():
         if line.startswith("json: "):
@@ -46,6 +48,8 @@ def main():
     base = best["1 rank"]["tokens_per_s"]
     print("model: hidden 512, 8 layers, 8 heads, 8 kv heads, ffn 1536, vocab 32000 tied, "
           "micro-batch 4 x seq 256, fp32, 1 thread per rank; best of %d rounds" % args.rounds)
+    if describe_removed():
+        print(describe_removed())
     print("| layout | tokens/s | speed-up | target | step s | exposed comm s/step |")
     print("|---|---|---|---|---|---|")
     for name, _, _ in LAYOUTS:

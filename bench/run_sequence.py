@@ -16,6 +16,8 @@ import os
 import re
 import subprocess
 
+from bench_env import clean_environment, describe_removed
+
 MODEL_KEYS = ["model.hidden=512", "model.layers=8", "model.heads=8", "model.kv_heads=8",
               "model.ffn_hidden=1536"]
 SHAPES = [("seq 256 x batch 8", 256, 8), ("seq 2048 x batch 1", 2048, 1)]
@@ -28,7 +30,8 @@ def attention_training_flops(seq, hidden=512, layers=8):
 
 
 def run(command):
-    out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(command, env=clean_environment(), check=True, capture_output=True,
+                         text=True).stdout
     result = None
     for line in out.splitlines():
         if line.startswith("json: "):
@@ -62,6 +65,8 @@ def main():
     short, long = best[SHAPES[0][0]], best[SHAPES[1][0]]
     print("2048 tokens per step, %d threads, best of %d rounds%s" % (
         args.threads, args.rounds, (", " + " ".join(extra)) if extra else ""))
+    if describe_removed():
+        print(describe_removed())
     print("| shape | tokens/s | training MFLOPs/token | MFU | peak MB |")
     print("|---|---|---|---|---|")
     for name, _, _ in SHAPES:

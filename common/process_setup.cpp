@@ -3,6 +3,7 @@
 
 #include <dlfcn.h>
 #include <malloc.h>
+#include <strings.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -47,6 +48,53 @@ const char* installed_jemalloc() {
   for (const char* path : kJemallocPaths)
     if (access(path, R_OK) == 0) return path;
   return nullptr;
+}
+
+// OpenBLAS picks its kernels by CPU model when it loads, unless OPENBLAS_CORETYPE names them.
+// A value naming AVX2 kernels on a CPU that runs AVX-512 ones (this machine kind's platform
+// sets Haswell on a Zen 5) halves the fp32 products: the step's products in bench_products
+// on 2 Zen 5 cores ran at 196 GFLOP/s with Haswell's kernels and 343 with the Cooperlake
+// ones OpenBLAS 0.3.21 picks itself. A value the user set is kept (they may want the same
+// kernels on every machine); the banner says what it costs. SkylakeX's kernels need AVX-512
+// F, CD, BW, DQ and VL; the cores below run AVX-512 kernels.
+constexpr const char* kAvx512BlasCores[] = {"SkylakeX", "Cooperlake", "SapphireRapids"};
+
+const char* blas_core_name() {
+  using CoreName = char* (*)();
+  auto name = reinterpret_cast<CoreName>(dlsym(RTLD_DEFAULT, "openblas_get_corename"));
+  return name ? name() : nullptr;
+}
+
+bool cpu_runs_avx512_blas_kernels() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
+         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+         __builtin_cpu_supports("avx512vl");
+#else
+  return false;
+#endif
+}
+
+// Whether OpenBLAS runs kernels narrower than this CPU's AVX-512 ones although it has those.
+bool blas_kernels_below_cpu(const char* core) {
+  if (!core || !cpu_runs_avx512_blas_kernels() || !dlsym(RTLD_DEFAULT, "gotoblas_SKYLAKEX"))
+    return false;
+  for (const char* avx512 : kAvx512BlasCores)
+    if (strcasecmp(core, avx512) == 0) return false;
+  return true;
+}
+
+// What the banner adds after the kernels' name: empty unless they are narrower than the CPU's.
+std::string blas_kernels_note(const char* core) {
+  if (!blas_kernels_below_cpu(core)) return "";
+  const char* forced = std::getenv("OPENBLAS_CORETYPE");
+  return forced ? std::string(" (OPENBLAS_CORETYPE=") + forced +
+                      " holds them below this CPU's AVX-512 kernels; unset, the fp32 products "
+                      "ran 1.7x faster on Zen 5)"
+                : std::string(
+                      " (below this CPU's AVX-512 kernels: OPENBLAS_CORETYPE=SkylakeX "
+                      "runs those)");
 }
 
 bool is(const char* variable, const char* value) {
@@ -132,11 +180,13 @@ int blas_idle_spin_log2() {
 std::string process_summary() {
   const char* policy = std::getenv("OMP_WAIT_POLICY");
   const int blas = blas_threads(), spin = blas_idle_spin_log2();
+  const char* core = blas_core_name();
   const char* omp_spin = std::getenv("GOMP_SPINCOUNT");
   return std::string("OpenMP wait policy ") + (policy ? policy : "default (spinning)") +
          (omp_spin ? std::string(", OpenMP idle spin ") + omp_spin : std::string()) +
          ", BLAS threads " + (blas > 0 ? std::to_string(blas) : "its own") +
          (spin > 0 ? ", BLAS idle spin 2^" + std::to_string(spin) + " cycles" : "") +
+         (core ? std::string(", BLAS kernels ") + core : std::string()) + blas_kernels_note(core) +
          ", allocator " + allocator_summary();
 }
 

@@ -40,8 +40,9 @@ int blas_threads();
 int blas_idle_spin_log2();
 // The allocator in use: "jemalloc 5.3.0 (freed pages kept)" or "glibc malloc".
 std::string allocator_summary();
-// One line for the start-up banner: OpenMP's wait policy and idle spin, the BLAS threads, the
-// allocator.
+// One line for the start-up banner: OpenMP's wait policy and idle spin, the BLAS threads, idle
+// spin and kernels (with a warning when OPENBLAS_CORETYPE holds it below the CPU's AVX-512),
+// the allocator.
 std::string process_summary();
 
 }  // namespace retort

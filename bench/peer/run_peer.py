@@ -14,6 +14,9 @@ import os
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench_env import clean_environment, describe_removed  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODEL_KEYS = ["model.hidden=512", "model.layers=8", "model.heads=8", "model.kv_heads=8",
               "model.ffn_hidden=1536"]
@@ -50,7 +53,7 @@ ENV_KEYS = ["OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_NUM_THREADS", "OPENBLAS_TH
 
 
 def run(command, env_extra):
-    env = dict(os.environ)
+    env = clean_environment()
     for key in ENV_KEYS:
         env.pop(key, None)
     env.update(env_extra)
@@ -93,6 +96,8 @@ def main():
 
     print(f"{a.threads} thread(s), {a.rounds} alternating round(s) of {a.steps} steps each, best "
           "of the rounds; MFU against Retort's fp32 GEMM peak with the same threads")
+    if describe_removed():
+        print(describe_removed())
     print("| setting | PyTorch tok/s | Retort tok/s | ratio | PyTorch MFU | Retort MFU | "
           "Retort fwd / bwd / optim s |")
     print("|---|---|---|---|---|---|---|")

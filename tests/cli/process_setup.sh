@@ -5,7 +5,9 @@
 # reports what it read at load) instead of its 2^28, and its BLAS threads equal its intra-op threads (runtime.threads=1 here, 2
 # ranks under mpirun); it runs on jemalloc with freed pages kept (preloaded in the same
 # re-execution; setup.sh installs libjemalloc2), or on glibc with RETORT_ALLOCATOR=glibc; a
-# policy the user set is kept; RETORT_PROCESS_TUNING=0 turns it all off.
+# policy the user set is kept; RETORT_PROCESS_TUNING=0 turns it all off. The banner names
+# OpenBLAS's kernels and, on a CPU with AVX-512 F/CD/BW/DQ/VL, warns when a user's
+# OPENBLAS_CORETYPE holds them to AVX2 ones (kept, as the user's other values are).
 # The environment alone proves nothing (libgomp reads it when loaded): libgomp's own display
 # (OMP_DISPLAY_ENV=verbose) must show its spin count at 10000 in the process that trains.
 # Usage: process_setup.sh ENGINE_TRAIN CORPUS_PREFIX CONFIGS_DIR
@@ -16,7 +18,7 @@ trap 'rm -rf "$work"' EXIT
 run() {  # run NAME RANKS THREADS [env assignments...]: prints the banner line
   local name=$1 ranks=$2 threads=$3
   shift 3
-  env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u OPENBLAS_THREAD_TIMEOUT "$@" mpirun --oversubscribe -np "$ranks" "$train" "$configs/tiny.yaml" \
+  env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u OPENBLAS_THREAD_TIMEOUT -u OPENBLAS_CORETYPE "$@" mpirun --oversubscribe -np "$ranks" "$train" "$configs/tiny.yaml" \
     data.paths="[$corpus]" training.steps=1 training.eval_every=0 checkpoint.save_at_end=false \
     runtime.peak_gflops=100 runtime.threads="$threads" run.dir="$work/$name" \
     >"$work/$name.log" 2>&1 || { cat "$work/$name.log"; exit 1; }
@@ -28,6 +30,16 @@ expect() {  # expect LINE PATTERN
     exit 1
   fi
 }
+refuse() {  # refuse LINE PATTERN
+  if grep -q -- "$2" <<<"$1"; then
+    echo "FAIL: did not expect '$2' in: $1"
+    exit 1
+  fi
+}
+avx512=true
+for flag in avx512f avx512cd avx512bw avx512dq avx512vl; do
+  grep -qw "$flag" /proc/cpuinfo || avx512=false
+done
 line=$(run unset 2 1 OMP_DISPLAY_ENV=verbose)
 expect "$line" "OpenMP wait policy passive, OpenMP idle spin 10000"
 spins=$(grep "GOMP_SPINCOUNT" "$work/unset.log" | tail -1)
@@ -35,9 +47,18 @@ expect "$spins" "GOMP_SPINCOUNT = '10000'"
 expect "$line" "BLAS threads 1"
 expect "$line" "BLAS idle spin 2^10 cycles"
 expect "$line" "allocator jemalloc [0-9.]* (freed pages kept)"
+expect "$line" "BLAS kernels [A-Za-z]"
+refuse "$line" "OPENBLAS_CORETYPE"
 line=$(run three 1 3)
 expect "$line" "BLAS threads 3"
-line=$(run user 1 2 OMP_WAIT_POLICY=active OPENBLAS_THREAD_TIMEOUT=20 OMP_DISPLAY_ENV=verbose)
+line=$(run user 1 2 OMP_WAIT_POLICY=active OPENBLAS_THREAD_TIMEOUT=20 OPENBLAS_CORETYPE=Haswell \
+  OMP_DISPLAY_ENV=verbose)
+expect "$line" "BLAS kernels Haswell"
+if $avx512; then
+  expect "$line" "BLAS kernels Haswell (OPENBLAS_CORETYPE=Haswell holds them below this CPU's AVX-512"
+else
+  refuse "$line" "OPENBLAS_CORETYPE"
+fi
 expect "$line" "OpenMP wait policy active, BLAS"
 spins=$(grep "GOMP_SPINCOUNT" "$work/user.log" | tail -1)
 expect "$spins" "GOMP_SPINCOUNT = '30000000000'"
@@ -52,4 +73,4 @@ expect "$line" "BLAS idle spin 2^28 cycles"
 expect "$line" "allocator glibc malloc"
 spins=$(grep "GOMP_SPINCOUNT" "$work/off.log" | tail -1)
 expect "$spins" "GOMP_SPINCOUNT = '300000'"
-echo "process set-up: OpenMP idle spin 10000, short BLAS idle spin and jemalloc by default, BLAS threads follow runtime.threads"
+echo "process set-up: OpenMP idle spin 10000, short BLAS idle spin and jemalloc by default, BLAS threads follow runtime.threads, BLAS kernels named (AVX-512 CPU: $avx512)"
