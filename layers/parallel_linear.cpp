@@ -1,6 +1,8 @@
 // layers/parallel_linear.cpp: see parallel_linear.h.
 #include "layers/parallel_linear.h"
 
+#include "layers/linear_products.h"
+
 namespace retort::layers {
 namespace {
 
@@ -54,7 +56,7 @@ torch::Tensor ColumnParallelLinear::local_bias() const {
 }
 
 torch::Tensor ColumnParallelLinear::forward(const torch::Tensor& x) const {
-  torch::Tensor y = torch::matmul(x, local_weight().t());
+  torch::Tensor y = LinearProduct::apply(x, local_weight());
   if (bias_.defined()) y = y + local_bias();
   return y;
 }
@@ -73,7 +75,7 @@ struct PackedProduct : torch::autograd::Function<PackedProduct> {
     variable_list saved{x};
     saved.insert(saved.end(), weights.begin(), weights.end());
     ctx->save_for_backward(saved);
-    return torch::matmul(x, stacked_rows(weights).t());
+    return product_by_transposed(x, stacked_rows(weights));
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -81,7 +83,7 @@ struct PackedProduct : torch::autograd::Function<PackedProduct> {
     const torch::Tensor& x = saved[0];
     const std::vector<torch::Tensor> weights(saved.begin() + 1, saved.end());
     const torch::Tensor dy = grads[0];
-    torch::Tensor dx = torch::matmul(dy, stacked_rows(weights));
+    torch::Tensor dx = product_by(dy, stacked_rows(weights));
     const int64_t in = x.size(-1), out = dy.size(-1);
     torch::Tensor dw = torch::matmul(dy.reshape({-1, out}).t(), x.reshape({-1, in}));
     variable_list result{dx};
@@ -161,7 +163,7 @@ RowParallelLinear::RowParallelLinear(const LinearSpec& spec, ParameterStore& sto
 }
 
 torch::Tensor RowParallelLinear::forward(const torch::Tensor& x) const {
-  torch::Tensor y = tp_.exit_row(torch::matmul(x, weight_.t()));
+  torch::Tensor y = tp_.exit_row(LinearProduct::apply(x, weight_));
   return bias_.defined() ? y + bias_ : y;
 }
 

@@ -1,0 +1,102 @@
+// layers/linear_products.cpp: see linear_products.h.
+#include "layers/linear_products.h"
+
+#include <vector>
+
+#include "layers/tile_gemm.h"
+
+namespace retort::layers {
+namespace {
+
+namespace kernels = retort::layers::kernels;
+
+// The tile loops take the product when the CPU runs them, the operands are fp32 on the CPU,
+// A's rows are contiguous, no autograd graph is being recorded through them (they work on raw
+// memory: LinearProduct records it instead), and the shape is one they win.
+bool use_tile(const torch::Tensor& a2d, const torch::Tensor& w) {
+  const bool recording =
+      torch::GradMode::is_enabled() && (a2d.requires_grad() || w.requires_grad());
+  return !recording && kernels::tile_gemm_available() && a2d.scalar_type() == torch::kFloat &&
+         w.scalar_type() == torch::kFloat && a2d.device().is_cpu() && w.device().is_cpu() &&
+         a2d.is_contiguous() && w.dim() == 2 && tile_product_pays(a2d.size(0), a2d.size(1));
+}
+
+// C [m, n] = A [m, k] B, A contiguous, B element (p, c) at b[p * b_row + c * b_col]. The
+// output's 32-column panels are split over the threads; each thread packs one panel of B at a
+// time into a buffer of its own (32 k floats, 64-192 KB here: it stays in L2) and runs the
+// tile loops on it, so no packed copy of B outlives the call.
+// The output is allocated in its final shape `sizes` ([..., n]), not viewed into it: a custom
+// autograd function must not return a view of a tensor it made.
+torch::Tensor tile_product(const torch::Tensor& a, const float* b, int64_t b_row, int64_t b_col,
+                           int64_t n, at::IntArrayRef sizes) {
+  const int64_t m = a.size(0), k = a.size(1);
+  torch::Tensor c = torch::empty(sizes, a.options());
+  const float* ap = a.data_ptr<float>();
+  float* cp = c.data_ptr<float>();
+  const int64_t panels = (n + kernels::kPanelColumns - 1) / kernels::kPanelColumns;
+  at::parallel_for(0, panels, 1, [&](int64_t first, int64_t last) {
+    thread_local std::vector<float> panel;
+    panel.resize(size_t(kernels::kPanelColumns * k));
+    for (int64_t j = first; j < last; ++j) {
+      const int64_t c0 = j * kernels::kPanelColumns;
+      const int64_t width = std::min(kernels::kPanelColumns, n - c0);
+      const kernels::Panels packed =
+          kernels::pack_panels(b + c0 * b_col, b_row, b_col, k, width, panel.data());
+      kernels::tile_gemm(m, width, k, 1.0f, ap, k, 1, packed, false, cp + c0, n);
+    }
+  });
+  return c;
+}
+
+// The leading dimensions of x with `last` as the last one.
+std::vector<int64_t> with_last(const torch::Tensor& x, int64_t last) {
+  std::vector<int64_t> sizes(x.sizes().begin(), x.sizes().end());
+  sizes.back() = last;
+  return sizes;
+}
+
+}  // namespace
+
+// bench_products' rows (see the header): ahead at 1024 rows and inner dimension 512 or 1536,
+// behind at 256 rows (the LM head's chunks) and at inner dimension 3072. The bounds sit
+// between those, at 512 rows and inner dimension 2048.
+bool tile_product_pays(int64_t rows, int64_t inner) {
+  return rows >= 512 && inner <= 2048;
+}
+
+torch::Tensor product_by_transposed(const torch::Tensor& x, const torch::Tensor& w) {
+  const torch::Tensor x2d = x.reshape({-1, x.size(-1)});
+  if (!use_tile(x2d, w)) return torch::matmul(x, w.t());
+  // B = W^T: element (p, c) is W[c][p].
+  const torch::Tensor w_data = w.detach();
+  return tile_product(x2d.detach(), w_data.data_ptr<float>(), w_data.stride(1), w_data.stride(0),
+                      w.size(0), with_last(x, w.size(0)));
+}
+
+torch::Tensor product_by(const torch::Tensor& dy, const torch::Tensor& w) {
+  const torch::Tensor dy2d = dy.reshape({-1, dy.size(-1)});
+  if (!use_tile(dy2d, w)) return torch::matmul(dy, w);
+  const torch::Tensor w_data = w.detach();
+  return tile_product(dy2d.detach(), w_data.data_ptr<float>(), w_data.stride(0), w_data.stride(1),
+                      w.size(1), with_last(dy, w.size(1)));
+}
+
+torch::Tensor LinearProduct::forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                                     const torch::Tensor& w) {
+  ctx->save_for_backward({x, w});
+  return product_by_transposed(x, w);
+}
+
+torch::autograd::variable_list LinearProduct::backward(torch::autograd::AutogradContext* ctx,
+                                                       torch::autograd::variable_list grads) {
+  const torch::autograd::variable_list saved = ctx->get_saved_variables();
+  const torch::Tensor &x = saved[0], &w = saved[1];
+  const torch::Tensor& dy = grads[0];
+  torch::Tensor dx, dw;
+  if (ctx->needs_input_grad(0)) dx = product_by(dy, w);
+  if (ctx->needs_input_grad(1))
+    dw = torch::matmul(dy.reshape({-1, dy.size(-1)}).t(), x.reshape({-1, x.size(-1)}));
+  return {dx, dw};
+}
+
+}  // namespace retort::layers

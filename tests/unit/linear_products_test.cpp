@@ -1,0 +1,101 @@
+// tests/unit/linear_products_test.cpp: the linear layers' weight products
+// (layers/linear_products.h) against float64 torch: y = x W^T and dx = dy W at shapes the tile
+// loops take (rows not a multiple of their 12-row blocks, widths not a multiple of their
+// 32-column panels, a 3-D input, a weight that is a row range of a larger one) and at shapes
+// the BLAS keeps; LinearProduct's gradients for x and W, with W frozen, and with the product
+// called while autograd records (it must then fall back, not cut the graph).
+#include "layers/linear_products.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "layers/tile_gemm.h"
+
+namespace retort::layers {
+namespace {
+
+// Largest difference relative to the largest magnitude of the reference.
+double relative_error(const torch::Tensor& got, const torch::Tensor& reference) {
+  return (got.to(torch::kDouble) - reference).abs().max().item<double>() /
+         reference.abs().max().item<double>();
+}
+
+// fp32 products of inner dimension up to 1536 of unit-variance values agree with float64 to a
+// few 1e-7; 1e-5 leaves room for that and catches any misplaced element or stride.
+constexpr double kTolerance = 1e-5;
+
+struct Shape {
+  std::vector<int64_t> x;  // input sizes, last = in
+  int64_t out;
+};
+
+TEST(LinearProducts, ShapesThisFileRoutesAreTheOnesTested) {
+  EXPECT_TRUE(tile_product_pays(600, 64));      // rows >= 512, inner <= 2048: tile loops
+  EXPECT_TRUE(tile_product_pays(1024, 1536));   // the layers' down projection
+  EXPECT_FALSE(tile_product_pays(256, 512));    // the LM head's chunks: the BLAS
+  EXPECT_FALSE(tile_product_pays(1024, 3072));  // gate|up's input gradient: the BLAS
+}
+
+TEST(LinearProducts, ForwardAndInputGradientMatchFloat64) {
+  torch::manual_seed(3);
+  const std::vector<Shape> shapes = {
+      {{600, 64}, 100}, {{2, 300, 64}, 45}, {{517, 96}, 33}, {{1024, 200}, 64}, {{100, 64}, 70}};
+  for (const Shape& s : shapes) {
+    SCOPED_TRACE(::testing::Message() << "x " << torch::IntArrayRef(s.x) << " out " << s.out);
+    const int64_t in = s.x.back();
+    const torch::Tensor x = torch::randn(s.x);
+    // A row range of a larger weight: rows [7, 7 + out) of [out + 20, in].
+    const torch::Tensor w = torch::randn({s.out + 20, in}).narrow(0, 7, s.out);
+    std::vector<int64_t> y_sizes = s.x;
+    y_sizes.back() = s.out;
+    const torch::Tensor dy = torch::randn(y_sizes);
+
+    const torch::Tensor y = product_by_transposed(x, w);
+    EXPECT_EQ(y.sizes(), torch::IntArrayRef(y_sizes));
+    EXPECT_LT(relative_error(y, torch::matmul(x.to(torch::kDouble), w.to(torch::kDouble).t())),
+              kTolerance);
+    const torch::Tensor dx = product_by(dy, w);
+    EXPECT_EQ(dx.sizes(), x.sizes());
+    EXPECT_LT(relative_error(dx, torch::matmul(dy.to(torch::kDouble), w.to(torch::kDouble))),
+              kTolerance);
+  }
+}
+
+TEST(LinearProducts, LinearProductGradientsMatchFloat64) {
+  torch::manual_seed(4);
+  for (const bool weight_trains : {true, false}) {
+    SCOPED_TRACE(weight_trains ? "weight trains" : "weight frozen");
+    const torch::Tensor x = torch::randn({4, 150, 96}).requires_grad_(true);
+    const torch::Tensor w = (torch::randn({80, 96}) * 0.1).requires_grad_(weight_trains);
+    const torch::Tensor upstream = torch::randn({4, 150, 80});
+    const torch::Tensor y = LinearProduct::apply(x, w);
+    (y * upstream).sum().backward();
+
+    const torch::Tensor xd = x.detach().to(torch::kDouble), wd = w.detach().to(torch::kDouble),
+                        gd = upstream.to(torch::kDouble);
+    EXPECT_LT(relative_error(y.detach(), torch::matmul(xd, wd.t())), kTolerance);
+    EXPECT_LT(relative_error(x.grad(), torch::matmul(gd, wd)), kTolerance);
+    if (weight_trains) {
+      EXPECT_LT(
+          relative_error(w.grad(), torch::matmul(gd.reshape({-1, 80}).t(), xd.reshape({-1, 96}))),
+          kTolerance);
+    } else {
+      EXPECT_FALSE(w.grad().defined());
+    }
+  }
+}
+
+TEST(LinearProducts, RecordingAutogradFallsBackAndKeepsTheGraph) {
+  torch::manual_seed(5);
+  const torch::Tensor x = torch::randn({600, 64}).requires_grad_(true);
+  const torch::Tensor w = torch::randn({40, 64});
+  torch::Tensor y = product_by_transposed(x, w);  // grad mode on, x requires grad
+  ASSERT_TRUE(y.requires_grad());
+  y.sum().backward();
+  EXPECT_LT(
+      relative_error(x.grad(), torch::ones({600, 40}, torch::kDouble).matmul(w.to(torch::kDouble))),
+      kTolerance);
+}
+
+}  // namespace
+}  // namespace retort::layers
