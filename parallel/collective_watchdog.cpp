@@ -127,6 +127,20 @@ void wait_or_abort(std::vector<MPI_Request>& requests, const WaitLabel& label) {
     MPI_Waitall(int(requests.size()), requests.data(), MPI_STATUSES_IGNORE);
     return;
   }
+  wait_or_abort(
+      [&] {
+        int done = 0;
+        MPI_Testall(int(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE);
+        return done != 0;
+      },
+      label);
+}
+
+void wait_or_abort(const std::function<bool()>& done, const WaitLabel& label) {
+  if (timeout_seconds <= 0 || liveness == MPI_COMM_NULL) {
+    while (!done()) sched_yield();  // ranks may outnumber cores
+    return;
+  }
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
   bool probed = false;
@@ -134,16 +148,14 @@ void wait_or_abort(std::vector<MPI_Request>& requests, const WaitLabel& label) {
   std::vector<std::pair<int, std::string>> answers;
   double previous_poll = 0;
   for (;;) {
-    int done = 0;
-    MPI_Testall(int(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE);
-    if (done) return;
+    if (done()) return;
     const double waited = std::chrono::duration<double>(clock::now() - start).count();
     if (waited - previous_poll > 0.25 * timeout_seconds) {
       // This process itself did not run for that long (stopped, then continued): its clock
       // says nothing about the others. Start over rather than accuse them.
       std::fprintf(stderr, "retort: rank %d was not running for %.1f s (stopped or starved)\n",
                    my_rank, waited - previous_poll);
-      wait_or_abort(requests, label);
+      wait_or_abort(done, label);
       return;
     }
     previous_poll = waited;

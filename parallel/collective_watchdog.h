@@ -1,5 +1,6 @@
 // parallel/collective_watchdog.h: no rank waits forever. Every blocking wait on MPI requests
-// (Handle::wait, so every collective, send and receive of a Communicator) goes through
+// (Handle::wait, so every collective, send and receive of a Communicator), and every wait of
+// the shared-memory DP sum (shared_reduction.h), goes through
 // wait_or_abort: with a timeout set (runtime.collective_timeout_s) it polls, and from half the
 // timeout on asks the group's other members, over a private duplicate of MPI_COMM_WORLD,
 // whether they are alive; any rank that is itself waiting answers with what it waits in.
@@ -10,6 +11,7 @@
 #pragma once
 #include <mpi.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -31,5 +33,7 @@ struct WaitLabel {
 
 // MPI_Waitall on `requests`, or, past the timeout, a report on stderr and MPI_Abort.
 void wait_or_abort(std::vector<MPI_Request>& requests, const WaitLabel& label);
+// The same for a wait on anything else (shared memory): polls `done` until it returns true.
+void wait_or_abort(const std::function<bool()>& done, const WaitLabel& label);
 
 }  // namespace retort::parallel

@@ -15,20 +15,6 @@ namespace {
 
 std::atomic<int64_t> blocked_nanoseconds{0};
 
-// Adds the time from construction to destruction to the exposed communication time.
-class BlockedTime {
- public:
-  BlockedTime() : start_(std::chrono::steady_clock::now()) {}
-  ~BlockedTime() {
-    blocked_nanoseconds += std::chrono::duration_cast<std::chrono::nanoseconds>(
-                               std::chrono::steady_clock::now() - start_)
-                               .count();
-  }
-
- private:
-  std::chrono::steady_clock::time_point start_;
-};
-
 MPI_Datatype mpi_type(const torch::Tensor& t) {
   switch (t.scalar_type()) {
     case torch::kFloat:
@@ -123,6 +109,12 @@ double exposed_communication_seconds() {
 void reset_exposed_communication_seconds() {
   blocked_nanoseconds = 0;
 }
+ExposedWait::ExposedWait() : start_(std::chrono::steady_clock::now()) {}
+ExposedWait::~ExposedWait() {
+  blocked_nanoseconds += std::chrono::duration_cast<std::chrono::nanoseconds>(
+                             std::chrono::steady_clock::now() - start_)
+                             .count();
+}
 
 Handle::Handle(MPI_Request request, std::function<void()> finish) : finish_(std::move(finish)) {
   if (request != MPI_REQUEST_NULL) requests_.push_back(request);
@@ -152,7 +144,7 @@ void Handle::wait() {
       return std::string("comm ") + label_.op + " [" +
              (label_.group_name ? *label_.group_name : std::string("?")) + "]";
     });
-    BlockedTime blocked;
+    ExposedWait blocked;
     wait_or_abort(requests_, label_);
   }
   requests_.clear();

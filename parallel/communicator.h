@@ -9,6 +9,7 @@
 #include <mpi.h>
 #include <torch/torch.h>
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <string>
@@ -26,6 +27,16 @@ enum class ReduceOp { Sum, Max };
 // counted: this is the exposed part. Waits for a slower peer count too, as they should.
 double exposed_communication_seconds();
 void reset_exposed_communication_seconds();
+// Adds the time from its construction to its destruction to the exposed communication time
+// (for waits that are not on MPI requests: shared_reduction.h).
+class ExposedWait {
+ public:
+  ExposedWait();
+  ~ExposedWait();
+
+ private:
+  std::chrono::steady_clock::time_point start_;
+};
 
 struct OpCounter {
   int64_t calls = 0;
@@ -103,13 +114,15 @@ class Communicator {
   static void set_max_elements_per_call(int64_t elements);
 
   const std::map<std::string, OpCounter>& counters() const { return counters_; }
+  // Adds one call of `bytes` to operation op's counter (also for sums done on this group
+  // outside this class: shared_reduction.h).
+  void count(const std::string& op, int64_t bytes);
   void reset_counters() { counters_.clear(); }
 
  private:
   explicit Communicator(std::string name);  // see single()
   // `handle` labelled with the operation `op` on this group, for the watchdog's report.
   Handle labelled(Handle handle, const char* op) const;
-  void count(const std::string& op, int64_t bytes);
   // The rooted forms behind split block / variable collectives: rank r's part
   // [offsets[r], offsets[r] + counts[r]) of `data` reduced onto r from every rank's `in`, or
   // broadcast from r; piece by piece.

@@ -32,8 +32,8 @@ RETORT_NAMED_ENUM(Device, cpu, cuda)
   KEY(int64_t, log_every, "training.log_every", 10, 1, 1e9, "steps between metric lines")          \
   KEY(int64_t, eval_every, "training.eval_every", 50, 0, 1e9,                                      \
       "steps between evaluations, 0 = never")                                                      \
-  KEY(int64_t, eval_batches, "training.eval_batches", 4, 1, 1e6, "global batches per evaluation") \
-  KEY(int64_t, max_skipped_steps, "training.max_skipped_steps", 10, 1, 1e9,                         \
+  KEY(int64_t, eval_batches, "training.eval_batches", 4, 1, 1e6, "global batches per evaluation")  \
+  KEY(int64_t, max_skipped_steps, "training.max_skipped_steps", 10, 1, 1e9,                        \
       "consecutive steps skipped for a non-finite loss or gradient norm before the run stops")
 
 struct TrainingConfig {
@@ -93,19 +93,22 @@ struct DistillSettings {
   KEY(bool, sequence_parallel, "parallel.sequence_parallel", false, 0, 0,                   \
       "shard the residual stream along the sequence over TP")                               \
   KEY(double, dp_bucket_mb, "parallel.dp_bucket_mb", 4, 0.001, 1e5,                         \
-      "data-parallel gradient bucket size (MB); a full bucket is reduced during backward")
+      "data-parallel gradient bucket size (MB); a full bucket is reduced during backward")  \
+  KEY(bool, dp_shared_memory, "parallel.dp_shared_memory", true, 0, 0,                      \
+      "sum data-parallel gradients through shared memory when all DP ranks share a node "   \
+      "(not under ZeRO-1); false = MPI all-reduce")
 
 struct ParallelConfig {
   RETORT_PARALLEL_KEYS(RETORT_FIELD)
 };
 
-#define RETORT_RUNTIME_KEYS(KEY)                                                     \
-  KEY(Device, device, "runtime.device", Device::cpu, 0, 0,                           \
-      "where tensors live; cuda needs a CUDA libtorch (and NCCL for communication)") \
-  KEY(int64_t, threads, "runtime.threads", 0, 0, 1024,                               \
-      "intra-op threads, 0 = cores / local ranks")                                   \
-  KEY(double, peak_gflops, "runtime.peak_gflops", 0, 0, kUnbounded,                  \
-      "peak GFLOP/s per rank for MFU, 0 = measure an fp32 GEMM at start")            \
+#define RETORT_RUNTIME_KEYS(KEY)                                                        \
+  KEY(Device, device, "runtime.device", Device::cpu, 0, 0,                              \
+      "where tensors live; cuda needs a CUDA libtorch (and NCCL for communication)")    \
+  KEY(int64_t, threads, "runtime.threads", 0, 0, 1024,                                  \
+      "intra-op threads, 0 = cores / local ranks")                                      \
+  KEY(double, peak_gflops, "runtime.peak_gflops", 0, 0, kUnbounded,                     \
+      "peak GFLOP/s per rank for MFU, 0 = measure an fp32 GEMM at start")               \
   KEY(double, collective_timeout_s, "runtime.collective_timeout_s", 600, 0, kUnbounded, \
       "end the job when a collective or transfer waits longer, naming the ranks that "  \
       "do not answer (dead or frozen); 0 = wait forever")
@@ -114,10 +117,10 @@ struct RuntimeConfig {
   RETORT_RUNTIME_KEYS(RETORT_FIELD)
 };
 
-#define RETORT_LOGGING_KEYS(KEY)                                                             \
-  KEY(bool, tensorboard, "logging.tensorboard", true, 0, 0,                                  \
-      "write TensorBoard event files (events.out.tfevents.*) beside metrics.jsonl")          \
-  KEY(std::vector<int64_t>, profile_steps, "logging.profile_steps", {}, 1, 1e12,             \
+#define RETORT_LOGGING_KEYS(KEY)                                                    \
+  KEY(bool, tensorboard, "logging.tensorboard", true, 0, 0,                         \
+      "write TensorBoard event files (events.out.tfevents.*) beside metrics.jsonl") \
+  KEY(std::vector<int64_t>, profile_steps, "logging.profile_steps", {}, 1, 1e12,    \
       "[first, last]: write a Chrome trace (trace.json in run.dir) of these steps, empty = off")
 
 struct LoggingConfig {

@@ -83,6 +83,23 @@ GradientSync::GradientSync(layers::ParameterStore& store, parallel::Mesh& mesh,
     for (size_t k : bucket.params)
       bucket.owner_counts[zero_->owner(k)] += store.all()[k].value.numel();
   }
+  if (!zero_ && options_.shared_memory && mesh_.dp().size() > 1) {
+    // One shared-memory slot per bucket, when every DP rank is on this node.
+    std::vector<parallel::SharedSlot> slots;
+    bool usable = true;  // CPU tensors, one dtype per bucket
+    for (const Bucket& bucket : buckets_) {
+      parallel::SharedSlot slot;
+      for (size_t k : bucket.params) {
+        const torch::Tensor& value = store.all()[k].value;
+        usable = usable && value.device().is_cpu() &&
+                 (slot.elements == 0 || slot.dtype == value.scalar_type());
+        slot.elements += value.numel();
+        slot.dtype = value.scalar_type();
+      }
+      slots.push_back(slot);
+    }
+    if (usable) shared_ = parallel::SharedReduction::create(mesh_.dp(), slots);
+  }
   if (mesh_.dp().size() > 1 || options_.complete_in_backward)
     hooks_ = std::make_unique<GradReadyHooks>(store, [this](size_t k) { on_grad_ready(k); });
 }
@@ -102,12 +119,14 @@ void GradientSync::on_grad_ready(size_t param) {
     launch(bucket);
     ++finished_early_;
   }
-  // Give MPI a chance to progress earlier buckets while backward continues.
+  // Give MPI (or the shared-memory sum) a chance to progress earlier buckets while backward
+  // continues.
+  if (shared_) shared_->progress();
   for (Bucket& b : buckets_)
     if (b.launched && b.handle.pending()) b.handle.test();
   if (!options_.complete_in_backward) return;
   for (Bucket& b : buckets_)
-    if (b.launched && !b.handle.pending()) {
+    if (b.launched && !b.completed && reduced(b)) {
       complete(b);
       b.completed = true;
       ++completed_early_;
@@ -130,7 +149,9 @@ void GradientSync::launch(Bucket& bucket) {
   }
   sum_partial_tp_grads(partial, tp_);
   // 3. The DP reduction, non-blocking.
-  if (mesh_.dp().size() > 1) {
+  if (shared_) {
+    shared_->start(index_of(bucket), grads_of(params));
+  } else if (mesh_.dp().size() > 1) {
     bucket.flat = flatten(grads_of(params));
     if (zero_) {
       torch::Tensor mine =
@@ -145,10 +166,24 @@ void GradientSync::launch(Bucket& bucket) {
   bucket.launched = true;
 }
 
+int GradientSync::index_of(const Bucket& bucket) const {
+  return int(&bucket - buckets_.data());
+}
+
+bool GradientSync::reduced(Bucket& bucket) {
+  return shared_ ? shared_->ready(index_of(bucket)) : !bucket.handle.pending();
+}
+
 void GradientSync::complete(Bucket& bucket) {
   torch::NoGradGuard no_grad;
   bucket.handle.wait();
-  if (mesh_.dp().size() > 1) {
+  if (shared_) {
+    std::vector<torch::Tensor> grads;
+    for (size_t k : bucket.params) grads.push_back(store_.all()[k].value.grad());
+    shared_->finish(index_of(bucket), grads);
+    if (fault_injected(Fault::DpGradNotAveraged))
+      for (torch::Tensor& g : grads) g.mul_(mesh_.dp().size());
+  } else if (mesh_.dp().size() > 1) {
     std::vector<torch::Tensor> mine;
     for (size_t k : bucket.params) {
       layers::Parameter& p = store_.all()[k];

@@ -27,6 +27,7 @@
 #include "layers/parameters.h"
 #include "layers/tensor_parallel.h"
 #include "parallel/mesh.h"
+#include "parallel/shared_reduction.h"
 
 namespace retort::engine {
 
@@ -41,6 +42,9 @@ struct GradSyncOptions {
   bool zero = false;                  // ZeRO-1 over DP: reduce-scatter to owners
   bool tied_embeddings = false;       // sum embed.weight over the mesh's embedding group
   bool complete_in_backward = false;  // optimizer-in-backward: on_final during backward
+  // The DP all-reduce through shared memory (parallel/shared_reduction.h) when every DP rank
+  // runs on this node; otherwise, and under ZeRO-1, MPI.
+  bool shared_memory = true;
   // Parameters whose gradient reaches the optimizer another way (HeadRowStepper): no bucket;
   // their grad-ready event during the last backward, and finish(), call on_streamed_ready.
   std::vector<size_t> streamed;
@@ -75,6 +79,8 @@ class GradientSync {
   void set_on_progress(std::function<void()> progress) { on_progress_ = std::move(progress); }
 
   size_t bucket_count() const { return buckets_.size(); }
+  // Whether the DP all-reduce goes through shared memory (else MPI).
+  bool reduces_in_shared_memory() const { return shared_ != nullptr; }
   // Buckets launched from a hook during the last step's backward.
   int64_t finished_during_backward() const { return finished_early_; }
   // Buckets completed (on_final called) during the last step's backward.
@@ -97,12 +103,16 @@ class GradientSync {
   void launch(Bucket& bucket);
   // Waits for step 3 and writes the results back over .grad().
   void complete(Bucket& bucket);
+  // Whether step 3 of a launched bucket is done (complete would not wait).
+  bool reduced(Bucket& bucket);
+  int index_of(const Bucket& bucket) const;
 
   layers::ParameterStore& store_;
   parallel::Mesh& mesh_;
   layers::TensorParallel tp_;
   GradSyncOptions options_;
   std::unique_ptr<ZeroPartition> zero_;
+  std::unique_ptr<parallel::SharedReduction> shared_;  // null: the DP reduction goes by MPI
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_;
   bool armed_ = false;

@@ -7,7 +7,15 @@ namespace retort::engine {
 
 HeadRowStepper::HeadRowStepper(layers::ParameterStore& store, AdamW* optimizer,
                                parallel::Communicator& dp, const HeadRowStepOptions& options)
-    : store_(store), optimizer_(optimizer), dp_(dp), options_(options) {}
+    : store_(store), optimizer_(optimizer), dp_(dp), options_(options) {
+  const torch::Tensor& weight = store_.all()[options_.index].value;
+  // Reduce-only and summed on every rank: the whole gradient through shared memory when
+  // every DP rank runs on this node.
+  if (!optimizer_ && options_.owner < 0 && options_.shared_memory && weight.device().is_cpu())
+    shared_ = parallel::SharedReduction::create(dp_, {{weight.numel(), weight.scalar_type()}});
+}
+
+HeadRowStepper::~HeadRowStepper() = default;
 
 void HeadRowStepper::begin_step(const std::vector<torch::Tensor>& tokens, double lr) {
   torch::NoGradGuard no_grad;
@@ -127,7 +135,10 @@ void HeadRowStepper::add_lookup_rows(const torch::Tensor& lookup) {
 
 void HeadRowStepper::launch_block(int64_t row_begin, const torch::Tensor& grad) {
   PendingBlock block{row_begin, grad.reshape({-1}), torch::Tensor(), parallel::Handle()};
-  if (options_.owner < 0) {
+  if (shared_ && block.sent.numel() == store_.all()[options_.index].value.numel()) {
+    block.shared = true;  // the whole gradient (streams() is false): the one slot
+    shared_->start(0, {block.sent});
+  } else if (options_.owner < 0) {
     block.result = block.sent;  // summed in place
     block.handle = dp_.all_reduce_async(block.sent);
   } else {
@@ -140,6 +151,7 @@ void HeadRowStepper::launch_block(int64_t row_begin, const torch::Tensor& grad) 
 }
 
 void HeadRowStepper::progress() {
+  if (shared_) shared_->progress();
   for (PendingBlock& block : blocks_)
     if (block.handle.pending()) block.handle.test();
 }
@@ -159,6 +171,10 @@ void HeadRowStepper::complete_reduced(const torch::Tensor& lookup) {
   const bool one_block = blocks_.size() == 1 && blocks_[0].sent.numel() == p.value.numel();
   if (owns()) reduced = one_block ? torch::Tensor() : torch::empty_like(p.value);
   for (PendingBlock& block : blocks_) {
+    if (block.shared) {
+      block.result = torch::empty_like(block.sent);
+      shared_->finish(0, {block.result});
+    }
     block.handle.wait();
     if (!owns()) continue;
     if (one_block) {

@@ -26,6 +26,7 @@
 #include "engine/optim/adamw.h"
 #include "layers/head_grad_sink.h"
 #include "parallel/communicator.h"
+#include "parallel/shared_reduction.h"
 
 namespace retort::engine {
 
@@ -35,6 +36,7 @@ struct HeadRowStepOptions {
   int64_t vocab_start = 0;           // this TP rank's first row in the whole vocabulary
   int owner = -1;                    // ZeRO-1: the DP rank that steps the weight; -1 = every rank
   int64_t block_elements = 1 << 21;  // rows per block: this many elements, at most an 8th
+  bool shared_memory = true;         // reduce-only DP sum through shared memory when it can
 };
 
 class HeadRowStepper : public layers::HeadGradSink {
@@ -42,6 +44,7 @@ class HeadRowStepper : public layers::HeadGradSink {
   // optimizer null: reduce-only (see above).
   HeadRowStepper(layers::ParameterStore& store, AdamW* optimizer, parallel::Communicator& dp,
                  const HeadRowStepOptions& options);
+  ~HeadRowStepper();
 
   // Before the step's forwards: the input tokens of every micro-batch on this rank, and the
   // step's learning rate.
@@ -77,6 +80,7 @@ class HeadRowStepper : public layers::HeadGradSink {
     int64_t row_begin;
     torch::Tensor sent, result;  // kept alive until the reduction completes
     parallel::Handle handle;
+    bool shared = false;  // summed through shared_, not MPI
   };
 
   layers::ParameterStore& store_;
@@ -92,6 +96,7 @@ class HeadRowStepper : public layers::HeadGradSink {
   torch::Tensor kept_;                // [touched, h]: the head's gradient of those rows
   torch::Tensor earlier_;             // [touched, h]: their sum over earlier micro-batches, if any
   std::vector<PendingBlock> blocks_;  // reduce-only: launched block reductions
+  std::unique_ptr<parallel::SharedReduction> shared_;  // the whole gradient's slot, or null
 };
 
 }  // namespace retort::engine

@@ -90,6 +90,7 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
   });
   GradSyncOptions sync;
   sync.bucket_bytes = static_cast<int64_t>(config_.parallel.dp_bucket_mb * 1e6);
+  sync.shared_memory = config_.parallel.dp_shared_memory;
   sync.zero = config_.optimizer.zero_stage == 1;
   sync.tied_embeddings = config_.model.tied_embeddings;
   sync.complete_in_backward = config_.optimizer.in_backward;
@@ -111,6 +112,7 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
     options.tied_here = config_.model.tied_embeddings;  // and so on this stage
     options.vocab_start = tp_.rank() * store_->all()[options.index].value.size(0);
     options.owner = sync_->zero() ? sync_->zero()->owner(options.index) : -1;
+    options.shared_memory = config_.parallel.dp_shared_memory;
     // Stepping inside backward, or (reduce-only) only reducing it in blocks over DP.
     AdamW* stepping = config_.optimizer.in_backward ? optimizer_.get() : nullptr;
     head_stepper_ = std::make_unique<HeadRowStepper>(*store_, stepping, mesh_.dp(), options);

@@ -11,17 +11,12 @@
 #include "layers/sharding.h"
 #include "layers/vocab_parallel.h"
 #include "parallel/primitives.h"
+#include "world_group.h"
 
 using namespace retort;
 using namespace retort::layers;
 
 namespace {
-
-MPI_Comm dup_world() {
-  MPI_Comm c;
-  MPI_Comm_dup(MPI_COMM_WORLD, &c);
-  return c;
-}
 
 struct TpGroup {
   parallel::Communicator comm{dup_world(), "tp"};

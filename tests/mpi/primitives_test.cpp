@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include "parallel/mesh.h"
+#include "world_group.h"
 
 using namespace retort::parallel;
 
@@ -16,11 +17,6 @@ struct Group {
   Communicator comm{dup_world(), "test"};
   int r = comm.rank(), n = comm.size();
   double rank_sum() const { return n * (n + 1) / 2.0; }  // sum of (rank + 1)
-  static MPI_Comm dup_world() {
-    MPI_Comm c;
-    MPI_Comm_dup(MPI_COMM_WORLD, &c);
-    return c;
-  }
 };
 
 // The same tensor on every rank.

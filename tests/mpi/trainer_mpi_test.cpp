@@ -66,23 +66,35 @@ TEST(TrainerMpi, ZeroOneShardsOptimizerState) {
         << plain.parameters().all()[i].spec.name;
 }
 
+// Both ways of summing DP buckets: through shared memory (all ranks on this machine) and
+// through MPI (as across nodes); they must agree with each other.
 TEST(TrainerMpi, DataParallelBucketsLaunchDuringBackward) {
   if (world_size() != 4) GTEST_SKIP() << "needs 4 ranks";
-  TrainConfig config =
-      small({"parallel.data=4", "training.micro_batch=1", "parallel.dp_bucket_mb=0.02"});
-  parallel::Mesh mesh(config.layout);
-  Trainer trainer(config, nullptr, mesh);
-  trainer.train_step();
-  const GradientSync& sync = trainer.gradient_sync();
-  EXPECT_GT(sync.bucket_count(), 3u);
-  EXPECT_EQ(sync.finished_during_backward(), int64_t(sync.bucket_count()));
-  // Besides the buckets, the only DP reductions are two scalars (token count and loss).
-  int64_t gradient_bytes = 0;
-  for (const auto& p : trainer.parameters().all())
-    gradient_bytes += p.value.numel() * p.value.element_size();
-  const auto& all_reduce = mesh.dp().counters().at("all_reduce");
-  EXPECT_EQ(all_reduce.calls, int64_t(sync.bucket_count()) + 2);
-  EXPECT_EQ(all_reduce.bytes, gradient_bytes + 2 * 8);
+  std::vector<torch::Tensor> by_mode[2];
+  for (bool shared : {true, false}) {
+    TrainConfig config =
+        small({"parallel.data=4", "training.micro_batch=1", "parallel.dp_bucket_mb=0.02",
+               std::string("parallel.dp_shared_memory=") + (shared ? "true" : "false")});
+    parallel::Mesh mesh(config.layout);
+    Trainer trainer(config, nullptr, mesh);
+    trainer.train_step();
+    const GradientSync& sync = trainer.gradient_sync();
+    EXPECT_EQ(sync.reduces_in_shared_memory(), shared);
+    EXPECT_GT(sync.bucket_count(), 3u);
+    EXPECT_EQ(sync.finished_during_backward(), int64_t(sync.bucket_count()));
+    // Besides the buckets, the only DP reductions are two scalars (token count and loss).
+    int64_t gradient_bytes = 0;
+    for (const auto& p : trainer.parameters().all())
+      gradient_bytes += p.value.numel() * p.value.element_size();
+    const auto& all_reduce = mesh.dp().counters().at("all_reduce");
+    EXPECT_EQ(all_reduce.calls, int64_t(sync.bucket_count()) + 2) << "shared " << shared;
+    EXPECT_EQ(all_reduce.bytes, gradient_bytes + 2 * 8) << "shared " << shared;
+    trainer.train_step();
+    for (const auto& p : trainer.parameters().all()) by_mode[shared].push_back(p.value.clone());
+  }
+  for (size_t i = 0; i < by_mode[0].size(); ++i)
+    EXPECT_TRUE(torch::allclose(by_mode[1][i], by_mode[0][i], 1e-6, 1e-7))
+        << "parameter " << i << " after 2 steps: shared memory against MPI";
 }
 
 TEST(TrainerMpi, CheckpointReshardsAcrossLayouts) {

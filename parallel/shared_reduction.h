@@ -1,0 +1,77 @@
+// parallel/shared_reduction.h: the sum over a group whose ranks all run on one node, done in
+// shared memory instead of MPI messages. Each rank owns one MPI-3 shared window segment
+// holding a region per slot (a slot is one recurring message: a DP gradient bucket). A rank
+// copies its contribution into its region of the slot (start), then, once every rank's is
+// there, sums its own 1/size chunk of the slot across all the regions and writes that sum
+// into every region (progress); when all chunks are summed, each rank copies its region out
+// (finish). Ranks read each other's memory directly: no kernel copy (MPI's CMA path), no
+// copy-in and copy-out through message fragments, and each element is summed once on one
+// rank, in rank order, so every rank gets bitwise the same result.
+// Synchronisation is by per-slot generation counters in each segment's header (release
+// stores, acquire loads). A rank writes a region only between its own start and the end of
+// the peers' chunk sums, and reuses it only after finish, so no slot needs a reset.
+// Waits go through the collective watchdog (runtime.collective_timeout_s).
+#pragma once
+#include <mpi.h>
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace retort::parallel {
+
+class Communicator;
+
+struct SharedSlot {
+  int64_t elements = 0;
+  torch::ScalarType dtype = torch::kFloat;  // float or double
+};
+
+class SharedReduction {
+ public:
+  // Collective over `group`. Null when the group has one rank, its ranks span several nodes,
+  // a slot's dtype is neither float nor double, or MPI cannot allocate the shared window.
+  static std::unique_ptr<SharedReduction> create(Communicator& group,
+                                                 const std::vector<SharedSlot>& slots);
+  ~SharedReduction();  // collective (frees the window)
+  SharedReduction(const SharedReduction&) = delete;
+  SharedReduction& operator=(const SharedReduction&) = delete;
+
+  // Copies `inputs` (CPU, the slot's dtype, together the slot's elements) one after
+  // another into this rank's region of the slot and announces them. The slot must not be in
+  // flight on this rank (started and not finished).
+  void start(int slot, const std::vector<torch::Tensor>& inputs);
+  // Sums this rank's chunk of every slot in flight whose contributions have all arrived.
+  // Never blocks.
+  void progress();
+  // Whether the slot's sum is complete on every chunk (finish would not wait).
+  bool ready(int slot);
+  // Waits (progressing other slots) for the slot's sum and copies it into `outputs`, laid
+  // out as start's inputs.
+  void finish(int slot, const std::vector<torch::Tensor>& outputs);
+  // Bytes of this rank's segment.
+  int64_t segment_bytes() const { return segment_bytes_; }
+
+ private:
+  SharedReduction(Communicator& group, const std::vector<SharedSlot>& slots, MPI_Comm node);
+  uint64_t* counter(int rank, int kind, int slot) const;
+  char* data(int rank, int slot) const;
+  // This rank's region of the slot as a 1-D tensor (not owning the memory).
+  torch::Tensor my_region(int slot) const;
+  bool all_reached(int kind, int slot, uint64_t generation) const;
+  void sum_my_chunk(int slot);
+
+  Communicator& group_;
+  std::vector<SharedSlot> slots_;
+  std::vector<int64_t> offsets_;  // byte offset of each slot's data in a segment
+  int64_t header_bytes_ = 0, segment_bytes_ = 0;
+  MPI_Comm node_ = MPI_COMM_NULL;
+  MPI_Win window_ = MPI_WIN_NULL;
+  std::vector<char*> segments_;       // every rank's segment, mapped here
+  std::vector<uint64_t> generation_;  // per slot: the uses started on this rank
+  std::vector<bool> in_flight_, summed_;
+  std::string label_name_;
+};
+
+}  // namespace retort::parallel
