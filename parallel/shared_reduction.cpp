@@ -115,7 +115,7 @@ char* SharedReduction::data(int rank, int slot) const {
   return segments_[rank] + offsets_[slot];
 }
 
-torch::Tensor SharedReduction::my_region(int slot) const {
+torch::Tensor SharedReduction::region(int slot) const {
   return torch::from_blob(data(group_.rank(), slot), {slots_[slot].elements},
                           torch::TensorOptions().dtype(slots_[slot].dtype));
 }
@@ -131,7 +131,7 @@ void SharedReduction::start(int slot, const std::vector<torch::Tensor>& inputs) 
     throw std::logic_error("SharedReduction::start: slot " + std::to_string(slot) +
                            " is still in flight");
   const SharedSlot& s = slots_[slot];
-  torch::Tensor region = my_region(slot);
+  torch::Tensor mine = region(slot);
   int64_t filled = 0;
   for (const torch::Tensor& t : inputs) {
     if (t.scalar_type() != s.dtype || t.device().type() != torch::kCPU ||
@@ -139,7 +139,8 @@ void SharedReduction::start(int slot, const std::vector<torch::Tensor>& inputs) 
       throw std::invalid_argument("SharedReduction::start: slot " + std::to_string(slot) +
                                   " takes CPU tensors of its dtype, " + std::to_string(s.elements) +
                                   " elements in all");
-    region.narrow(0, filled, t.numel()).view(t.sizes()).copy_(t);
+    torch::Tensor place = mine.narrow(0, filled, t.numel()).view(t.sizes());
+    if (t.data_ptr() != place.data_ptr() || !t.is_contiguous()) place.copy_(t);  // else in place
     filled += t.numel();
   }
   if (filled != s.elements)
@@ -186,7 +187,7 @@ bool SharedReduction::ready(int slot) {
   return in_flight_[slot] && all_reached(kSummed, slot, generation_[slot]);
 }
 
-void SharedReduction::finish(int slot, const std::vector<torch::Tensor>& outputs) {
+void SharedReduction::finish(int slot) {
   if (!in_flight_[slot])
     throw std::logic_error("SharedReduction::finish: slot " + std::to_string(slot) +
                            " was not started");
@@ -194,16 +195,20 @@ void SharedReduction::finish(int slot, const std::vector<torch::Tensor>& outputs
     ExposedWait exposed;
     wait_or_abort([&] { return ready(slot); }, WaitLabel{"all_reduce", &label_name_, group_.mpi()});
   }
-  torch::Tensor region = my_region(slot);
+  in_flight_[slot] = false;
+}
+
+void SharedReduction::finish(int slot, const std::vector<torch::Tensor>& outputs) {
+  finish(slot);
+  torch::Tensor sum = region(slot);
   int64_t taken = 0;
   for (const torch::Tensor& t : outputs) {
     if (t.scalar_type() != slots_[slot].dtype || taken + t.numel() > slots_[slot].elements)
       throw std::invalid_argument("SharedReduction::finish: slot " + std::to_string(slot) +
                                   " fills tensors of its dtype and size");
-    t.copy_(region.narrow(0, taken, t.numel()).view(t.sizes()));
+    t.copy_(sum.narrow(0, taken, t.numel()).view(t.sizes()));
     taken += t.numel();
   }
-  in_flight_[slot] = false;
 }
 
 }  // namespace retort::parallel

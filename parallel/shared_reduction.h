@@ -50,6 +50,12 @@ class SharedReduction {
   // Waits (progressing other slots) for the slot's sum and copies it into `outputs`, laid
   // out as start's inputs.
   void finish(int slot, const std::vector<torch::Tensor>& outputs);
+  // Waits for the slot's sum and leaves it in region(slot) only (no copy).
+  void finish(int slot);
+  // This rank's region of the slot as a 1-D tensor that does not own its memory: after
+  // finish the sum, which stays until this rank starts the slot again (nobody else writes
+  // it before that). Views of it must not outlive this object.
+  torch::Tensor region(int slot) const;
   // Bytes of this rank's segment.
   int64_t segment_bytes() const { return segment_bytes_; }
 
@@ -57,8 +63,6 @@ class SharedReduction {
   SharedReduction(Communicator& group, const std::vector<SharedSlot>& slots, MPI_Comm node);
   uint64_t* counter(int rank, int kind, int slot) const;
   char* data(int rank, int slot) const;
-  // This rank's region of the slot as a 1-D tensor (not owning the memory).
-  torch::Tensor my_region(int slot) const;
   bool all_reached(int kind, int slot, uint64_t generation) const;
   void sum_my_chunk(int slot);
 

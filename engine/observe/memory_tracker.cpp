@@ -133,4 +133,9 @@ void MemoryTracker::retag(const at::Tensor& t, MemoryCategory category) {
   counters().add(category, context->bytes);
 }
 
+void MemoryTracker::add_outside(MemoryCategory category, int64_t bytes) {
+  std::lock_guard<std::mutex> lock(counters().mutex);
+  counters().add(category, bytes);
+}
+
 }  // namespace retort::engine

@@ -42,6 +42,9 @@ class MemoryTracker {
   // inside backward as temporaries and become gradients when accumulated). No effect on
   // memory not allocated through the tracker.
   void retag(const at::Tensor& t, MemoryCategory category);
+  // Memory allocated outside torch's allocator (the shared-memory DP segments), filed under
+  // `category` from now on; negative bytes when it is released.
+  void add_outside(MemoryCategory category, int64_t bytes);
 };
 
 }  // namespace retort::engine

@@ -178,11 +178,19 @@ void GradientSync::complete(Bucket& bucket) {
   torch::NoGradGuard no_grad;
   bucket.handle.wait();
   if (shared_) {
-    std::vector<torch::Tensor> grads;
-    for (size_t k : bucket.params) grads.push_back(store_.all()[k].value.grad());
-    shared_->finish(index_of(bucket), grads);
-    if (fault_injected(Fault::DpGradNotAveraged))
-      for (torch::Tensor& g : grads) g.mul_(mesh_.dp().size());
+    // The gradients become views of the sum in this rank's shared region (no copy back):
+    // valid until the bucket's next start, which comes after the next step clears them.
+    const int slot = index_of(bucket);
+    shared_->finish(slot);
+    torch::Tensor sum = shared_->region(slot);
+    int64_t offset = 0;
+    for (size_t k : bucket.params) {
+      torch::Tensor& value = store_.all()[k].value;
+      torch::Tensor grad = sum.narrow(0, offset, value.numel()).view(value.sizes());
+      offset += value.numel();
+      if (fault_injected(Fault::DpGradNotAveraged)) grad.mul_(mesh_.dp().size());
+      value.mutable_grad() = grad;
+    }
   } else if (mesh_.dp().size() > 1) {
     std::vector<torch::Tensor> mine;
     for (size_t k : bucket.params) {

@@ -17,6 +17,9 @@
 // complete_in_backward the hooks are installed at any DP size and a bucket is also completed
 // (its reduction waited for, on_final called) during backward as soon as its communication
 // is done, so the parameters step and free their gradients while backward continues.
+// When every DP rank runs on this node (no ZeRO), step 3 goes through shared memory
+// (parallel/shared_reduction.h): the flatten is the copy into this rank's region, and after
+// the sum the bucket's gradients are views of that region until the next step clears them.
 #pragma once
 #include <functional>
 #include <memory>
@@ -81,6 +84,8 @@ class GradientSync {
   size_t bucket_count() const { return buckets_.size(); }
   // Whether the DP all-reduce goes through shared memory (else MPI).
   bool reduces_in_shared_memory() const { return shared_ != nullptr; }
+  // Bytes of this rank's shared-memory segment (0 without one).
+  int64_t shared_bytes() const { return shared_ ? shared_->segment_bytes() : 0; }
   // Buckets launched from a hook during the last step's backward.
   int64_t finished_during_backward() const { return finished_early_; }
   // Buckets completed (on_final called) during the last step's backward.

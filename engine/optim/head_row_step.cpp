@@ -171,9 +171,9 @@ void HeadRowStepper::complete_reduced(const torch::Tensor& lookup) {
   const bool one_block = blocks_.size() == 1 && blocks_[0].sent.numel() == p.value.numel();
   if (owns()) reduced = one_block ? torch::Tensor() : torch::empty_like(p.value);
   for (PendingBlock& block : blocks_) {
-    if (block.shared) {
-      block.result = torch::empty_like(block.sent);
-      shared_->finish(0, {block.result});
+    if (block.shared) {  // the sum stays in the shared region; .grad() becomes a view of it
+      shared_->finish(0);
+      block.result = shared_->region(0);
     }
     block.handle.wait();
     if (!owns()) continue;

@@ -61,6 +61,8 @@ class HeadRowStepper : public layers::HeadGradSink {
   // step it.
   double grad_square() const { return owns() ? square_ : -1; }
   size_t index() const { return options_.index; }
+  // Bytes of this rank's shared-memory segment for the reduce-only sum (0 without one).
+  int64_t shared_bytes() const { return shared_ ? shared_->segment_bytes() : 0; }
   // Rows stepped from blocks and rows kept for complete() in the last step (for tests).
   int64_t rows_streamed() const { return rows_streamed_; }
   int64_t rows_kept() const { return touched_.numel(); }

@@ -120,6 +120,10 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
     if (!stepping) sync_->set_on_progress([this] { head_stepper_->progress(); });
     stage_step_->set_head_grad_sink(head_stepper_.get());
   }
+  // The shared-memory DP segments hold the summed gradients (their .grad() views them).
+  shared_gradient_bytes_ =
+      sync_->shared_bytes() + (head_stepper_ ? head_stepper_->shared_bytes() : 0);
+  memory.add_outside(MemoryCategory::gradients, shared_gradient_bytes_);
   streams_ = build_sample_streams(config_.data, config_.seed);
 
   progress_.seed = config_.seed;
@@ -155,7 +159,9 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
       config_.runtime.peak_gflops > 0 ? config_.runtime.peak_gflops : measure_gemm_gflops();
 }
 
-Trainer::~Trainer() = default;
+Trainer::~Trainer() {
+  MemoryTracker::install().add_outside(MemoryCategory::gradients, -shared_gradient_bytes_);
+}
 
 void Trainer::finish_resume(const std::string& path) {
   progress_.model_json = model_config_json(config_.model);

@@ -107,6 +107,7 @@ class Trainer {
   std::unique_ptr<distill::Teacher> teacher_;
   std::unique_ptr<distill::Distiller> distiller_;
   std::unique_ptr<GradientSync> sync_;
+  int64_t shared_gradient_bytes_ = 0;  // its shared-memory segments (memory accounting)
   std::unique_ptr<StageStep> stage_step_;
   std::unique_ptr<layers::ActivationOffloader> offloader_;
   std::unique_ptr<HeadRowStepper> head_stepper_;         // in-backward step, or DP reduce (tied)
