@@ -5,6 +5,10 @@ parallel (each rank the one-rank micro-batch, so twice the tokens per step) and 
 in tensor parallel (the same tokens per step, the model split), and prints the best tokens/s
 of each, the speed-up over one rank, and the exposed communication per step.
 
+It also runs one rank pinned to each CPU (taskset), to show whether the cores are equal: a
+data-parallel step waits for its slowest rank, so a slower core bounds the speed-up. Those
+rows are information only; speed-ups are against the unpinned one rank.
+
 Usage: bench/run_scaling.py [--build build] [--rounds 2] [--steps 3]"""
 import argparse
 import json
@@ -40,9 +44,15 @@ def main():
     args = p.parse_args()
     binary = os.path.join(args.build, "bench", "bench_scaling")
     best = {}
+    cpus = sorted(os.sched_getaffinity(0))
+    pinned = [("1 rank on CPU %d" % c, c) for c in cpus] if len(cpus) > 1 else []
     for _ in range(args.rounds):
         for name, ranks, keys in LAYOUTS:
             r = run(MPIRUN + ["-np", str(ranks), binary, str(args.steps)] + keys)
+            if name not in best or r["tokens_per_s"] > best[name]["tokens_per_s"]:
+                best[name] = r
+        for name, cpu in pinned:
+            r = run(["taskset", "-c", str(cpu)] + MPIRUN + ["-np", "1", binary, str(args.steps)])
             if name not in best or r["tokens_per_s"] > best[name]["tokens_per_s"]:
                 best[name] = r
     base = best["1 rank"]["tokens_per_s"]
@@ -52,7 +62,7 @@ def main():
         print(describe_removed())
     print("| layout | tokens/s | speed-up | target | step s | exposed comm s/step |")
     print("|---|---|---|---|---|---|")
-    for name, _, _ in LAYOUTS:
+    for name in [n for n, _, _ in LAYOUTS] + [n for n, _ in pinned]:
         r = best[name]
         target = TARGETS.get(name)
         print("| %s | %.0f | %.2fx | %s | %.3f | %.3f |" % (
