@@ -40,8 +40,14 @@ check() {
     [ "$(cat "$work/$name/metrics.jsonl" 2>/dev/null | wc -l)" -ge 5 ] && break
     sleep 0.05
   done
-  local pid
-  pid=$(rank_pid "$job" "$rank")
+  local pid=""
+  # The process tree is read from /proc while the job runs; on a loaded machine one pass can
+  # miss a process, so look again for a few seconds before giving up.
+  for _ in $(seq 50); do
+    pid=$(rank_pid "$job" "$rank")
+    [ -n "$pid" ] && break
+    sleep 0.1
+  done
   [ -n "$pid" ] || { echo "FAIL: no process for rank $rank"; cat "$work/$name.log"; exit 1; }
   kill -"$signal" "$pid"
   local start=$SECONDS status=0
