@@ -70,7 +70,7 @@ void AdamW::step_row_list(size_t index, const torch::Tensor& rows, const torch::
 
 void AdamW::update(const layers::Parameter& p, const torch::Tensor& value_in,
                    const torch::Tensor& grad, const torch::Tensor& m_in, const torch::Tensor& v_in,
-                   double lr) const {
+                   double lr, double grad_scale) const {
   TORCH_CHECK(steps_ > 0, "AdamW: a parameter stepped before begin_step(): no step counted");
   torch::NoGradGuard no_grad;
   const double step_lr = lr * p.spec.lr_scale;
@@ -92,7 +92,8 @@ void AdamW::update(const layers::Parameter& p, const torch::Tensor& value_in,
                                        config_.beta2,
                                        config_.eps,
                                        std::sqrt(bias2),
-                                       -step_lr / bias1};
+                                       -step_lr / bias1,
+                                       grad_scale};
     AT_DISPATCH_FLOATING_TYPES(dtype, "adamw_update", [&] {
       scalar_t *value = value_in.data_ptr<scalar_t>(), *m = m_in.data_ptr<scalar_t>();
       scalar_t* v = v_in.data_ptr<scalar_t>();
@@ -112,6 +113,7 @@ void AdamW::update(const layers::Parameter& p, const torch::Tensor& value_in,
     const int64_t len = std::min(slice, n - start);
     torch::Tensor pv = flat ? value.narrow(0, start, len) : value;
     torch::Tensor gv = flat ? g.narrow(0, start, len) : g;
+    if (grad_scale != 1.0) gv = gv.mul(grad_scale);
     torch::Tensor mv = flat ? m.narrow(0, start, len) : m;
     torch::Tensor vv = flat ? v.narrow(0, start, len) : v;
     if (decay) pv.mul_(1.0 - step_lr * config_.weight_decay);
@@ -122,9 +124,14 @@ void AdamW::update(const layers::Parameter& p, const torch::Tensor& value_in,
   }
 }
 
-void AdamW::step(double lr) {
+void AdamW::step(double lr, double grad_scale) {
   begin_step();
-  for (size_t i = 0; i < states_.size(); ++i) step_parameter(i, lr);
+  for (size_t i = 0; i < states_.size(); ++i) {
+    layers::Parameter& p = store_.all()[i];
+    AdamState& s = states_[i];
+    if (s.exp_avg.defined() && p.value.grad().defined())
+      update(p, p.value, p.value.grad(), s.exp_avg, s.exp_avg_sq, lr, grad_scale);
+  }
 }
 
 int64_t AdamW::state_bytes() const {
@@ -173,9 +180,13 @@ double global_grad_norm(const layers::ParameterStore& store, const layers::Tenso
   return grad_norm_from_squares(store, squares, tp, sharded_over, pipeline);
 }
 
+double clip_scale(double norm, double max_norm) {
+  return max_norm > 0 && norm > max_norm ? max_norm / (norm + 1e-6) : 1.0;
+}
+
 void scale_to_norm(layers::ParameterStore& store, double norm, double max_norm) {
-  if (!(max_norm > 0 && norm > max_norm)) return;
-  const double scale = max_norm / (norm + 1e-6);
+  const double scale = clip_scale(norm, max_norm);
+  if (scale == 1.0) return;
   torch::NoGradGuard no_grad;
   for (auto& p : store.all())
     if (!p.spec.frozen() && p.value.grad().defined()) p.value.grad().mul_(scale);

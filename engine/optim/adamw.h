@@ -25,8 +25,10 @@ class AdamW {
   AdamW(layers::ParameterStore& store, const OptimizerConfig& config,
         const std::function<bool(size_t)>& owns = nullptr);
 
-  // One optimizer step of every parameter this rank steps, at learning rate lr.
-  void step(double lr);
+  // One optimizer step of every parameter this rank steps, at learning rate lr, from
+  // grad_scale times each gradient (the clip factor, clip_scale below; .grad() is left as it
+  // was: scaling it first would be one more pass over every gradient).
+  void step(double lr, double grad_scale = 1.0);
   // Stepping parameter by parameter (optimizer-in-backward): begin_step() counts the step
   // once, then step_parameter(i, lr) updates parameter i from its .grad() at lr * lr_scale.
   void begin_step() { ++steps_; }
@@ -46,10 +48,11 @@ class AdamW {
   int64_t state_bytes() const;
 
  private:
-  // The AdamW update of p's elements `value` with state m, v from grad, in place; all four
-  // the same shape (the whole parameter or some of its rows).
+  // The AdamW update of p's elements `value` with state m, v from grad_scale * grad, in
+  // place; all four the same shape (the whole parameter or some of its rows).
   void update(const layers::Parameter& p, const torch::Tensor& value, const torch::Tensor& grad,
-              const torch::Tensor& m, const torch::Tensor& v, double lr) const;
+              const torch::Tensor& m, const torch::Tensor& v, double lr,
+              double grad_scale = 1.0) const;
 
   layers::ParameterStore& store_;
   OptimizerConfig config_;
@@ -75,7 +78,10 @@ double grad_norm_from_squares(const layers::ParameterStore& store,
                               parallel::Communicator* pipeline = nullptr);
 // The squared norm of parameter p's gradient, -1 without one.
 double grad_square(const layers::Parameter& p);
-// Scales all gradients by max_norm / norm when their global norm `norm` exceeds max_norm.
+// The factor that brings gradients of global norm `norm` to at most max_norm: 1 when they are
+// within it (or max_norm is 0, no clipping), else max_norm / (norm + 1e-6).
+double clip_scale(double norm, double max_norm);
+// Scales all gradients by clip_scale(norm, max_norm).
 void scale_to_norm(layers::ParameterStore& store, double norm, double max_norm);
 // Scales all gradients so their global norm is at most max_norm; returns the norm before.
 // `pipeline`: the other stages' parameters count too (tied copies once, on their owner).

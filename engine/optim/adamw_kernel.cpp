@@ -16,9 +16,10 @@ RETORT_ALWAYS_INLINE void update_all(T* __restrict value, const T* __restrict gr
   const T decay = T(c.decay_factor), beta1 = T(c.beta1), beta2 = T(c.beta2);
   const T one_minus_beta1 = T(1.0 - c.beta1), one_minus_beta2 = T(1.0 - c.beta2);
   const T eps = T(c.eps), sqrt_bias2 = T(c.sqrt_bias2), step_scale = T(c.step_scale);
+  const T grad_scale = T(c.grad_scale);  // x * 1 is exact: unclipped steps are unchanged
 #pragma omp simd
   for (int64_t i = 0; i < count; ++i) {
-    const T g = grad[i];
+    const T g = grad[i] * grad_scale;
     const T mi = m[i] * beta1 + g * one_minus_beta1;
     const T vi = v[i] * beta2 + one_minus_beta2 * (g * g);
     m[i] = mi;

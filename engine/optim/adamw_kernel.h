@@ -6,13 +6,15 @@
 
 namespace retort::engine::kernels {
 
-// The step's constants: value *= decay_factor; m = beta1 m + (1 - beta1) g;
+// The step's constants, with g = grad_scale * grad (the clip factor, applied here rather than
+// in a pass of its own over every gradient): value *= decay_factor; m = beta1 m + (1 - beta1) g;
 // v = beta2 v + (1 - beta2) g^2; value += step_scale * m / (sqrt(v) / sqrt_bias2 + eps).
 struct AdamWCoefficients {
   double decay_factor;  // 1 - lr * weight_decay, or 1
   double beta1, beta2, eps;
   double sqrt_bias2;  // sqrt(1 - beta2^t)
   double step_scale;  // -lr / (1 - beta1^t)
+  double grad_scale = 1.0;
 };
 
 void adamw_update(float* value, const float* grad, float* m, float* v, int64_t count,

@@ -417,8 +417,7 @@ StepResult Trainer::train_step() {
     return result;
   }
   if (!in_backward) {
-    scale_to_norm(*store_, result.grad_norm, config_.optimizer.grad_clip);
-    optimizer_->step(result.lr);
+    optimizer_->step(result.lr, clip_scale(result.grad_norm, config_.optimizer.grad_clip));
   }
   if (ZeroPartition* zero = sync_->zero()) zero->all_gather_parameters(*store_);
   result.times.optimizer_s = seconds_since(start);

@@ -11,6 +11,20 @@
 using namespace retort;
 using namespace retort::engine;
 
+namespace {
+
+// beta1 0.9 and weight decay 0.1, as the hand computations below assume.
+OptimizerConfig adam_config(double beta2, double eps) {
+  OptimizerConfig config;
+  config.beta1 = 0.9;
+  config.beta2 = beta2;
+  config.eps = eps;
+  config.weight_decay = 0.1;
+  return config;
+}
+
+}  // namespace
+
 TEST(LrSchedule, WarmupThenDecay) {
   LrSchedule s{1.0, 0.1, LrShape::cosine, 10, 110};
   EXPECT_DOUBLE_EQ(s.at(0), 0.1);
@@ -32,11 +46,7 @@ TEST(AdamW, OneStepMatchesHandComputation) {
   frozen.lr_scale = 0;
   torch::Tensor value = store.create(w);
   store.create(frozen);
-  OptimizerConfig config;
-  config.beta1 = 0.9;
-  config.beta2 = 0.99;
-  config.eps = 1e-8;
-  config.weight_decay = 0.1;
+  const OptimizerConfig config = adam_config(0.99, 1e-8);
   AdamW adam(store, config);
   EXPECT_FALSE(adam.states()[1].exp_avg.defined());  // no state for the frozen parameter
   EXPECT_EQ(adam.state_bytes(), 2 * 3 * 8);
@@ -60,11 +70,7 @@ TEST(AdamW, LargeParameterStepsEveryElementTwice) {
   layers::ParameterStore store(3, torch::kDouble);
   const int64_t rows = 1100, cols = 512;  // 563200 elements: two full slices and a part
   torch::Tensor value = store.create({"big", {rows, cols}, -1});
-  OptimizerConfig config;
-  config.beta1 = 0.9;
-  config.beta2 = 0.95;
-  config.eps = 1e-6;
-  config.weight_decay = 0.1;
+  const OptimizerConfig config = adam_config(0.95, 1e-6);
   AdamW adam(store, config);
   torch::Tensor p = value.detach().clone(), m = torch::zeros_like(p), v = torch::zeros_like(p);
   for (int step = 1; step <= 2; ++step) {
@@ -86,11 +92,7 @@ TEST(AdamW, RowBlocksAndRowListsStepEveryRowOnce) {
   layers::ParameterStore store(4, torch::kDouble);
   const int64_t rows = 7, cols = 3;
   torch::Tensor value = store.create({"w", {rows, cols}, -1});
-  OptimizerConfig config;
-  config.beta1 = 0.9;
-  config.beta2 = 0.95;
-  config.eps = 1e-6;
-  config.weight_decay = 0.1;
+  const OptimizerConfig config = adam_config(0.95, 1e-6);
   AdamW adam(store, config);
   torch::Tensor p = value.detach().clone(), m = torch::zeros_like(p), v = torch::zeros_like(p);
   const torch::Tensor skipped = torch::tensor({1, 5}, torch::kLong);  // whole-parameter rows
@@ -119,4 +121,57 @@ TEST(AdamW, ClipScalesToMaxNorm) {
   b.mutable_grad() = torch::tensor({4.0}, torch::kDouble);
   EXPECT_DOUBLE_EQ(clip_grad_norm(store, 1.0), 5.0);
   EXPECT_NEAR(global_grad_norm(store), 1.0, 1e-6);
+}
+
+// The clip factor goes into the AdamW pass (step's grad_scale) instead of a pass of its own:
+// the step follows the formula with the scaled gradient, on the one-pass kernel (contiguous
+// gradient) and on the composed ops (a transposed gradient), and .grad() keeps its value.
+TEST(AdamW, GradScaleStepsAsIfTheGradientWereScaled) {
+  layers::ParameterStore store(5, torch::kDouble);
+  torch::Tensor flat = store.create({"flat", {4, 3}, -1});
+  torch::Tensor strided = store.create({"strided", {4, 3}, -1});
+  const OptimizerConfig config = adam_config(0.95, 1e-6);
+  AdamW adam(store, config);
+  const double scale = 0.37;
+  torch::Tensor g = torch::randn({4, 3}, torch::kDouble);
+  flat.mutable_grad() = g.clone();
+  strided.mutable_grad() = g.t().contiguous().t();  // same values, not contiguous
+  ASSERT_FALSE(strided.grad().is_contiguous());
+  const torch::Tensor before_flat = flat.detach().clone(),
+                      before_strided = strided.detach().clone();
+  adam.step(0.01, scale);
+  const torch::Tensor sg = scale * g;
+  const torch::Tensor m = 0.1 * sg, v = 0.05 * sg * sg;
+  const double b1 = 0.1, b2 = 0.05;
+  auto expected = [&](const torch::Tensor& p) {
+    return p * (1 - 0.01 * 0.1) - 0.01 * (m / b1) / ((v / b2).sqrt() + 1e-6);
+  };
+  EXPECT_LT((flat - expected(before_flat)).abs().max().item<double>(), 1e-14);
+  EXPECT_LT((strided - expected(before_strided)).abs().max().item<double>(), 1e-14);
+  EXPECT_TRUE(torch::equal(flat.grad(), g));
+  EXPECT_LT((adam.states()[0].exp_avg_sq - v).abs().max().item<double>(), 1e-16);
+}
+
+// In fp32 the fused factor gives bitwise the step of scaling .grad() first (scale_to_norm),
+// the order of operations before the fusion.
+TEST(AdamW, GradScaleIsBitwiseScaleThenStepInFloat) {
+  auto run = [](bool fused) {
+    layers::ParameterStore store(6, torch::kFloat);
+    torch::Tensor w = store.create({"w", {300, 70}, -1});
+    OptimizerConfig config;
+    AdamW adam(store, config);
+    torch::manual_seed(7);
+    for (int step = 0; step < 2; ++step) {
+      w.mutable_grad() = torch::randn({300, 70});
+      const double norm = w.grad().norm().item<double>(), max_norm = 0.5 * norm;
+      if (fused) {
+        adam.step(0.01, clip_scale(norm, max_norm));
+      } else {
+        scale_to_norm(store, norm, max_norm);
+        adam.step(0.01);
+      }
+    }
+    return w.detach().clone();
+  };
+  EXPECT_TRUE(torch::equal(run(true), run(false)));
 }
