@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "common/process_setup.h"
+#include "common/trace_span.h"
 #include "layers/attention_kernels.h"
 #include "layers/functional.h"
 
@@ -114,6 +115,7 @@ void run_tasks(int64_t n, int64_t workspace_elements, const torch::TensorOptions
 std::pair<torch::Tensor, torch::Tensor> fused_forward(const Shape& sh, const torch::Tensor& q,
                                                       const torch::Tensor& k,
                                                       const torch::Tensor& v) {
+  TraceSpan span([] { return "retort attention forward"; });
   const int64_t heads = sh.kv_heads * sh.group;
   const kernels::AttentionShape ks = kernel_shape(sh);
   torch::Tensor qr = unit_rows(q), kr = unit_rows(k), vr = unit_rows(v);
