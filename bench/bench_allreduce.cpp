@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "bench_args.h"
 #include "bench_mpi_main.h"
 #include "parallel/communicator.h"
 #include "parallel/shared_reduction.h"
@@ -32,7 +33,7 @@ double best_seconds(int repeats, F f) {
 }
 
 int run(int argc, char** argv, parallel::MpiRuntime& mpi) {
-  const int repeats = argc > 1 ? std::atoi(argv[1]) : 5;
+  const int repeats = int(bench::count_argument(argc, argv, 1, "repeats", 5));
   MPI_Comm dup;
   MPI_Comm_dup(MPI_COMM_WORLD, &dup);
   parallel::Communicator comm(dup, "bench");

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_args.h"
 #include "common/compute_threads.h"
 #include "common/process_setup.h"
 #include "layers/blocked_attention.h"
@@ -34,9 +35,11 @@ double seconds(const std::function<void()>& f, int repeats) {
 
 int main(int argc, char** argv) {
   setup_process(argv);
-  const int64_t s = argc > 1 ? std::atoll(argv[1]) : 2048;
-  const int threads = argc > 2 ? std::atoi(argv[2]) : int(std::thread::hardware_concurrency());
-  const int64_t heads = argc > 3 ? std::atoll(argv[3]) : 8, b = argc > 4 ? std::atoll(argv[4]) : 1;
+  const int64_t s = bench::count_argument(argc, argv, 1, "sequence length", 2048);
+  const int threads =
+      int(bench::count_argument(argc, argv, 2, "threads", std::thread::hardware_concurrency()));
+  const int64_t heads = bench::count_argument(argc, argv, 3, "heads", 8),
+                b = bench::count_argument(argc, argv, 4, "batch", 1);
   const int64_t d = 64;
   set_compute_threads(threads);
   torch::manual_seed(0);

@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "bench_args.h"
 #include "bench_setup.h"
 #include "common/compute_threads.h"
 #include "engine/observe/memory_tracker.h"
@@ -45,8 +46,9 @@ std::vector<std::string> shape(const std::string& prefix, int64_t hidden, int64_
 }  // namespace
 
 int measure(int argc, char** argv) {
-  const int steps = argc > 1 ? std::atoi(argv[1]) : 4;
-  const int threads = argc > 2 ? std::atoi(argv[2]) : int(std::thread::hardware_concurrency());
+  const int steps = int(bench::count_argument(argc, argv, 1, "steps", 4));
+  const int threads =
+      int(bench::count_argument(argc, argv, 2, "threads", std::thread::hardware_concurrency()));
   set_compute_threads(threads);
   engine::MemoryTracker& memory = engine::MemoryTracker::install();
   const bool narrow = argc > 3 && std::string(argv[3]) == "narrow";

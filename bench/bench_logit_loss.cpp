@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "bench_args.h"
 #include "bench_setup.h"
 #include "common/compute_threads.h"
 #include "distill/logit_losses.h"
@@ -22,8 +23,9 @@
 using namespace retort;
 
 int measure(int argc, char** argv) {
-  const int rounds = argc > 1 ? std::atoi(argv[1]) : 5;
-  const int threads = argc > 2 ? std::atoi(argv[2]) : int(std::thread::hardware_concurrency());
+  const int rounds = int(bench::count_argument(argc, argv, 1, "rounds", 5));
+  const int threads =
+      int(bench::count_argument(argc, argv, 2, "threads", std::thread::hardware_concurrency()));
   const double temperature = argc > 3 ? std::atof(argv[3]) : 1.0;
   set_compute_threads(threads);
   engine::MemoryTracker& memory = engine::MemoryTracker::install();

@@ -22,6 +22,7 @@
 #include <map>
 #include <thread>
 
+#include "bench_args.h"
 #include "bench_setup.h"
 #include "common/compute_threads.h"
 #include "engine/observe/memory_tracker.h"
@@ -101,8 +102,9 @@ const char* verdict(bool ok) {
 }  // namespace
 
 int measure(int argc, char** argv) {
-  const int steps = argc > 1 ? std::atoi(argv[1]) : 2;
-  const int threads = argc > 2 ? std::atoi(argv[2]) : int(std::thread::hardware_concurrency());
+  const int steps = int(bench::count_argument(argc, argv, 1, "steps", 2));
+  const int threads =
+      int(bench::count_argument(argc, argv, 2, "threads", std::thread::hardware_concurrency()));
   set_compute_threads(threads);
   const std::string dir = (std::filesystem::temp_directory_path() / "retort_bench_memory").string();
   std::vector<std::string> common = bench::measured_run_keys(dir, steps);

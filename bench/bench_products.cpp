@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_args.h"
 #include "common/compute_threads.h"
 #include "common/process_setup.h"
 #include "layers/tile_gemm.h"
@@ -109,9 +110,10 @@ const char* const kWayNames[kWays] = {"blas", "tile", "tile, B packed beforehand
 
 int main(int argc, char** argv) {
   setup_process(argv);
-  const int threads = argc > 1 ? std::atoi(argv[1]) : int(std::thread::hardware_concurrency());
-  const int rounds = argc > 2 ? std::atoi(argv[2]) : 3;
-  const int64_t tokens = argc > 3 ? std::atoll(argv[3]) : 1024;
+  const int threads =
+      int(bench::count_argument(argc, argv, 1, "threads", std::thread::hardware_concurrency()));
+  const int rounds = int(bench::count_argument(argc, argv, 2, "rounds", 3));
+  const int64_t tokens = bench::count_argument(argc, argv, 3, "tokens", 1024);
   set_compute_threads(threads);
   if (!kernels::tile_gemm_available()) {
     std::printf("this CPU has no AVX-512: tile_gemm runs as plain loops, nothing to compare\n");

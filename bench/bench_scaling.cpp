@@ -14,8 +14,9 @@
 #include <filesystem>
 #include <iostream>
 
-#include "bench_setup.h"
+#include "bench_args.h"
 #include "bench_mpi_main.h"
+#include "bench_setup.h"
 #include "common/compute_threads.h"
 #include "common/process_setup.h"
 #include "common/user_error.h"
@@ -36,7 +37,7 @@ double max_over_ranks(double value) {
 }
 
 int run(int argc, char** argv, parallel::MpiRuntime& mpi) {
-  const int steps = argc > 1 ? std::atoi(argv[1]) : 3;
+  const int steps = int(bench::count_argument(argc, argv, 1, "steps", 3));
   const bool root = mpi.world_rank() == 0;
   set_compute_threads(1);
   // Every rank writes the same random dataset; each into its own directory.

@@ -15,6 +15,7 @@
 #include <map>
 #include <thread>
 
+#include "bench_args.h"
 #include "bench_setup.h"
 #include "common/compute_threads.h"
 #include "engine/observe/gemm_peak.h"
@@ -26,8 +27,9 @@
 using namespace retort;
 
 int measure(int argc, char** argv) {
-  const int steps = argc > 1 ? std::atoi(argv[1]) : 5;
-  const int threads = argc > 2 ? std::atoi(argv[2]) : int(std::thread::hardware_concurrency());
+  const int steps = int(bench::count_argument(argc, argv, 1, "steps", 5));
+  const int threads =
+      int(bench::count_argument(argc, argv, 2, "threads", std::thread::hardware_concurrency()));
   set_compute_threads(threads);
   engine::MemoryTracker& memory = engine::MemoryTracker::install();
 
