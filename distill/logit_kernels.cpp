@@ -11,21 +11,15 @@
 
 #include "common/simd_clones.h"
 #include "common/vector_exp.h"
+#include "common/vector_max.h"
 
 namespace retort::distill::kernels {
 namespace {
 
+using retort::kernels::max_of;
 using retort::kernels::vector_exp;
 
 constexpr int64_t kBlock = 512;
-
-template <typename T>
-RETORT_ALWAYS_INLINE T row_max(const T* __restrict x, int64_t n) {
-  T m = -std::numeric_limits<T>::infinity();
-#pragma omp simd reduction(max : m)
-  for (int64_t j = 0; j < n; ++j) m = std::max(m, x[j]);
-  return m;
-}
 
 // sum_j exp(inv_t (x_j - m)).
 template <typename T>
@@ -48,8 +42,8 @@ RETORT_ALWAYS_INLINE void stats_rows(const LogitRows<T>& x, T* max_s, T* sum_s, 
   for (int64_t r = 0; r < x.rows; ++r) {
     const T* s = x.s + r * x.s_stride;
     const T* t = x.t + r * x.t_stride;
-    max_s[r] = row_max(s, x.cols);
-    max_t[r] = row_max(t, x.cols);
+    max_s[r] = max_of(s, x.cols);
+    max_t[r] = max_of(t, x.cols);
     sum_s[r] = T(row_exp_sum(s, x.cols, max_s[r], inv_t));
     sum_t[r] = T(row_exp_sum(t, x.cols, max_t[r], inv_t));
   }
@@ -57,7 +51,7 @@ RETORT_ALWAYS_INLINE void stats_rows(const LogitRows<T>& x, T* max_s, T* sum_s, 
 
 template <typename T>
 RETORT_ALWAYS_INLINE T row_lse(const T* x, int64_t n, T inv_t) {
-  const T m = row_max(x, n);
+  const T m = max_of(x, n);
   return inv_t * m + T(std::log(row_exp_sum(x, n, m, inv_t)));
 }
 
@@ -93,7 +87,7 @@ RETORT_ALWAYS_INLINE T kd_row(const T* __restrict s, const T* __restrict t, int6
 template <typename T, bool kForwardKl, bool kCe>
 RETORT_ALWAYS_INLINE T kd_row_in_place(const T* s, T* t, int64_t n, T inv_t, T* grad, T kd_c,
                                        T ce_c, T& lse_s, T& lse_t) {
-  const T max_s = row_max(s, n), max_t = row_max(t, n);
+  const T max_s = max_of(s, n), max_t = max_of(t, n);
   double sum_s = 0, sum_t = 0, weighted = 0;
   for (int64_t b = 0; b < n; b += kBlock) {
     const int64_t e = std::min(n, b + kBlock);

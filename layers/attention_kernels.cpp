@@ -15,11 +15,13 @@
 
 #include "common/simd_clones.h"
 #include "common/vector_exp.h"
+#include "common/vector_max.h"
 #include "layers/tile_gemm.h"
 
 namespace retort::layers::kernels {
 namespace {
 
+using retort::kernels::max_of;
 using retort::kernels::vector_exp;
 
 // CBLAS's enumerations and entry points (the BLAS libtorch loads provides them; no header).
@@ -105,25 +107,6 @@ struct Visible {
 RETORT_ALWAYS_INLINE Visible visible(int64_t t, int64_t k0, int64_t cols, int64_t window) {
   const int64_t first = window > 0 ? std::max<int64_t>(0, t - window + 1) : 0;
   return {std::clamp<int64_t>(first - k0, 0, cols), std::clamp<int64_t>(t + 1 - k0, 0, cols)};
-}
-
-// The largest of n values. Kept per lane and reduced at the end: GCC leaves a max reduction
-// scalar without -ffinite-math-only (std::max is not IEEE max), which made this loop most
-// of the forward softmax's time; the lane-wise select below is one vmaxps.
-template <typename T>
-RETORT_ALWAYS_INLINE T max_of(const T* __restrict x, int64_t n) {
-  constexpr int64_t kLanes = 64 / sizeof(T);
-  T lanes[kLanes];
-  std::fill(lanes, lanes + kLanes, -std::numeric_limits<T>::infinity());
-  int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes) {
-#pragma omp simd
-    for (int64_t i = 0; i < kLanes; ++i) lanes[i] = x[j + i] > lanes[i] ? x[j + i] : lanes[i];
-  }
-  for (int64_t i = 0; j < n; ++i, ++j) lanes[i] = x[j] > lanes[i] ? x[j] : lanes[i];
-  T m = lanes[0];
-  for (int64_t i = 1; i < kLanes; ++i) m = lanes[i] > m ? lanes[i] : m;
-  return m;
 }
 
 // x becomes exp(x - shift); returns the sum of the new values.

@@ -13,10 +13,12 @@
 
 #include "common/simd_clones.h"
 #include "common/vector_exp.h"
+#include "common/vector_max.h"
 
 namespace retort::layers::kernels {
 namespace {
 
+using retort::kernels::max_of;
 using retort::kernels::vector_exp;
 
 template <typename T>
@@ -125,9 +127,7 @@ RETORT_ALWAYS_INLINE void cross_entropy_row_loop(T* z, int64_t rows, int64_t col
                                                  T* sum_out, T* loss, const T* scale) {
   for (int64_t r = 0; r < rows; ++r) {
     T* __restrict row = z + r * stride;
-    T m = -std::numeric_limits<T>::infinity();
-#pragma omp simd reduction(max : m)
-    for (int64_t j = 0; j < real; ++j) m = std::max(m, row[j]);
+    const T m = max_of(row, real);
     const T target_logit = target[r] >= 0 ? row[target[r]] : m;
     double sum = 0;
     for (int64_t b = 0; b < real; b += kSumBlock) {

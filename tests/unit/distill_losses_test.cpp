@@ -369,3 +369,36 @@ TEST(LogitLosses, FloatLoopsMatchFloat64Reference) {
         }
       }
 }
+
+// Student and teacher logits spread over hundreds, each row's largest in the vocabulary's last
+// columns (past the last whole 16-lane block of 1300): both softmaxes are taken relative to
+// their row maxima, so a maximum that missed those columns would overflow exp to inf and the
+// losses to NaN. float32 kernels against float64 torch.
+TEST(LogitLosses, SharpLogitsPeakingLastStayExact) {
+  torch::manual_seed(12);
+  const int64_t n = 9, vocab = 1300, padded = 1312;
+  torch::Tensor s64 = torch::randn({n, padded}, torch::kDouble) * 30;
+  torch::Tensor t64 = torch::randn({n, padded}, torch::kDouble) * 30;
+  s64.select(1, vocab - 2).fill_(400.0);
+  t64.select(1, vocab - 1).fill_(380.0);
+  torch::Tensor targets = torch::randint(vocab, {n}, torch::kLong);
+  torch::Tensor weight = torch::ones({n});
+  LogitLossOptions o;
+  o.chunk_tokens = 4;
+  torch::Tensor s = s64.to(torch::kFloat).requires_grad_(true);
+  auto [kd, ce] =
+      logit_distillation_and_lm_sums(s, t64.to(torch::kFloat), weight, targets, vocab, o, {});
+  (0.6 * kd + 0.4 * ce).backward();
+
+  torch::Tensor s_ref = s64.clone().requires_grad_(true);
+  torch::Tensor log_q = torch::log_softmax(s_ref.narrow(1, 0, vocab), -1);
+  torch::Tensor log_p = torch::log_softmax(t64.narrow(1, 0, vocab), -1);
+  torch::Tensor ref_kd = (log_p.exp() * (log_p - log_q)).sum();
+  torch::Tensor ref_ce = F::cross_entropy(s_ref.narrow(1, 0, vocab), targets,
+                                          F::CrossEntropyFuncOptions().reduction(torch::kSum));
+  (0.6 * ref_kd + 0.4 * ref_ce).backward();
+  ASSERT_TRUE(std::isfinite(kd.item<double>()) && std::isfinite(ce.item<double>()));
+  EXPECT_NEAR(kd.item<double>(), ref_kd.item<double>(), 1e-5 * ref_kd.item<double>());
+  EXPECT_NEAR(ce.item<double>(), ref_ce.item<double>(), 1e-5 * ref_ce.item<double>());
+  EXPECT_LT((s.grad().to(torch::kDouble) - s_ref.grad()).abs().max().item<double>(), 1e-5);
+}

@@ -280,6 +280,34 @@ TEST(FusedKernels, HeadCrossEntropyMatchesMaterialisedLogits) {
   EXPECT_EQ(got.grads[1].narrow(0, vocab, padded - vocab).abs().max().item<double>(), 0.0);
 }
 
+// Logits spread over hundreds, each token's largest in the vocabulary's last columns (past the
+// last whole 16-lane block of 1100): the softmax is taken relative to the row maximum, so a
+// maximum that missed those columns would overflow exp to inf and the loss to NaN.
+TEST(FusedKernels, HeadCrossEntropyWithSharpLogitsPeakingLastStaysExact) {
+  torch::manual_seed(22);
+  const int64_t tokens = 19, hidden = 16, vocab = 1100, padded = 1120, peak = 1098;
+  torch::Tensor x = torch::randn({tokens, hidden}, torch::kDouble);
+  x.select(1, 0).fill_(1.0);  // a constant feature: weight column 0 adds the same to every token
+  torch::Tensor weight = torch::randn({padded, hidden}, torch::kDouble) * 0.7;
+  weight.select(1, 0).zero_();
+  weight[peak][0] = 400.0;
+  torch::Tensor targets = torch::randint(vocab, {tokens}, torch::kLong);
+  auto fused = [&](const std::vector<torch::Tensor>& in) {
+    return fused_head_cross_entropy_sum(in[0], in[1], targets, vocab, TensorParallel{},
+                                        /*chunk_tokens=*/8);
+  };
+  auto reference = [&](const std::vector<torch::Tensor>& in) {
+    torch::Tensor logits = torch::matmul(in[0], in[1].t()).narrow(1, 0, vocab);
+    return torch::nn::functional::cross_entropy(
+        logits, targets, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+  };
+  const torch::Tensor logits = torch::matmul(x, weight.t()).narrow(1, 0, vocab);
+  ASSERT_TRUE(logits.argmax(1).eq(peak).all().item<bool>());
+  ASSERT_GT((logits.select(1, peak) - logits.narrow(1, 0, peak).amax(1)).min().item<double>(), 300);
+  expect_match(fused, reference, {x, weight}, torch::tensor(0.75, torch::kDouble), torch::kFloat,
+               kFloat32Tol);
+}
+
 // The packed q|k|v and gate|up products read their weights in place once place_adjacent has
 // put them in one buffer: no stacked copy (the view's first element is the first weight's),
 // values, names and requires_grad unchanged, and the product and its gradients those of the
