@@ -113,6 +113,7 @@ double StageStep::train(parallel::Communicator& pp, const std::vector<MicroBatch
         teacher_sink(teacher_captures(inspector));
     x = student.run_blocks(x, seq_len_, sink.wants_any() ? &sink : nullptr);
     if (teacher_travels) {
+      TraceSpan span([] { return "retort teacher blocks"; });
       MemoryScope teacher_memory(MemoryCategory::teacher_activations);
       t = teacher->run_blocks(t, seq_len_, &teacher_sink);
     }
@@ -123,6 +124,7 @@ double StageStep::train(parallel::Communicator& pp, const std::vector<MicroBatch
     if (distiller)
       loss = distiller->activation_loss(b.targets, sink, teacher_sink, target_count, &terms);
     if (stage.head) {
+      TraceSpan span([] { return "retort head and loss"; });
       torch::Tensor head;
       // The last micro-batch's backward makes the head weight's gradient final.
       layers::HeadGradSink* sink = m + 1 == micro_batches ? head_grad_sink_ : nullptr;
