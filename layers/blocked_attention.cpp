@@ -138,6 +138,7 @@ std::pair<torch::Tensor, torch::Tensor> fused_forward(const Shape& sh, const tor
 variable_list fused_backward(const Shape& sh, const torch::Tensor& q, const torch::Tensor& k,
                              const torch::Tensor& v, const torch::Tensor& out,
                              const torch::Tensor& lse, const torch::Tensor& d_out) {
+  TraceSpan span([] { return "retort attention backward"; });
   const int64_t heads = sh.kv_heads * sh.group;
   const kernels::AttentionShape ks = kernel_shape(sh);
   torch::Tensor qr = unit_rows(q), kr = unit_rows(k), vr = unit_rows(v), o = unit_rows(out),

@@ -61,10 +61,26 @@ namespace {
 
 constexpr int kRows = 12;
 
+// Asks for the lines of C's next register block (kRows rows, one panel wide) while this block
+// runs: the products that add into C (dK and dV over a key tile, whose rows are not in cache
+// when their block starts) otherwise waited on them in the epilogue; 5-6% on those two
+// products (one head, s = 2048). A no-op for a null c_next.
+__attribute__((target("avx512f"), always_inline)) inline void prefetch_block(const float* c_next,
+                                                                             int64_t ldc) {
+  if (!c_next) return;
+#pragma GCC unroll 12
+  for (int i = 0; i < kRows; ++i) {
+    __builtin_prefetch(c_next + i * ldc, 1);
+    __builtin_prefetch(c_next + i * ldc + 16, 1);
+  }
+}
+
 template <int MR>
 __attribute__((target("avx512f"), always_inline)) inline void block(
     int64_t k, float alpha, const float* a, int64_t a_row, int64_t a_col, const float* b,
-    __mmask16 m0, __mmask16 m1, bool accumulate, float* c, int64_t ldc) {
+    __mmask16 m0, __mmask16 m1, bool accumulate, float* c, int64_t ldc,
+    const float* c_next = nullptr) {
+  prefetch_block(c_next, ldc);
   __m512 acc0[MR], acc1[MR];
 #pragma GCC unroll 12
   for (int i = 0; i < MR; ++i) {
@@ -121,9 +137,15 @@ __attribute__((target("avx512f"))) void tile_gemm_avx512(int64_t m, int64_t n, i
     const __mmask16 m0 = lanes(n - j), m1 = lanes(n - j - 16);
     const float* panel = b.data + (j / kPanelColumns) * b.panel_stride;
     int64_t i = 0;
-    for (; i + kRows <= m; i += kRows)
+    for (; i + kRows <= m; i += kRows) {
+      // C's next block: the next rows of this panel, or the first rows of the next panel.
+      const float* c_next = !accumulate                           ? nullptr
+                            : i + 2 * kRows <= m                  ? c + (i + kRows) * ldc + j
+                            : j + kPanelColumns < n && kRows <= m ? c + j + kPanelColumns
+                                                                  : nullptr;
       block<kRows>(k, alpha, a + i * a_row, a_row, a_col, panel, m0, m1, accumulate,
-                   c + i * ldc + j, ldc);
+                   c + i * ldc + j, ldc, c_next);
+    }
     if (i < m)
       tail_block(int(m - i), k, alpha, a + i * a_row, a_row, a_col, panel, m0, m1, accumulate,
                  c + i * ldc + j, ldc);
