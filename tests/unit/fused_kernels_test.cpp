@@ -172,7 +172,9 @@ void check_blocked_attention(int64_t heads, int64_t kv_heads, int64_t s, int64_t
   };
   torch::Tensor q = per_head(heads, q_scale), k = per_head(kv_heads, 1.5),
                 v = per_head(kv_heads, 1.5);
-  torch::Tensor seed = torch::randn({b, heads, s, d}, torch::kFloat).to(torch::kDouble);
+  // The output's gradient arrives laid out as the o projection's input gradient, [b, s, heads,
+  // d]: its rows are heads x d apart, as in the model.
+  torch::Tensor seed = per_head(heads, 1.0);
   auto blocked = [&](const std::vector<torch::Tensor>& in) {
     return blocked_attention(in[0], in[1], in[2], window, block_rows, key_block);
   };
