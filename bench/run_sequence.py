@@ -27,7 +27,15 @@ def main():
     p.add_argument("--build", default="build")
     p.add_argument("--pairs", type=int, default=16)
     p.add_argument("--threads", type=int, default=2)
+    # The flags of the earlier, one-process-per-shape driver (README tables before 2026-12-04
+    # noon quote them).
+    p.add_argument("--rounds", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--steps", type=int, help=argparse.SUPPRESS)
     args, extra = p.parse_known_args()
+    if args.rounds is not None or args.steps is not None:
+        p.error("--rounds and --steps belonged to the earlier driver, which ran each shape in "
+                "its own process; this one alternates single steps in one process: give "
+                "--pairs N (default 16)")
     binary = os.path.join(args.build, "bench", "bench_sequence")
     if describe_removed():
         print(describe_removed(), flush=True)
