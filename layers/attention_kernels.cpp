@@ -151,11 +151,13 @@ struct Avx512Rows {
 
 // Online softmax over one tile of scores s [rows, ld] (scaled), in place: per row the running
 // max m and sum l are updated, the accumulated output acc [rows, d] rescaled, and s becomes
-// exp(s - m) on the visible columns, 0 elsewhere.
+// exp(s - m) on the visible columns, 0 elsewhere. known_max: each row's maximum over the tile
+// when the caller has it (every column visible to every row), else null: found here.
 template <typename T, typename Rows>
 RETORT_ALWAYS_INLINE void online_softmax_tile(T* s, int64_t ld, int64_t rows, int64_t cols,
                                               int64_t q0, int64_t k0, int64_t window, T* m, T* l,
-                                              T* acc, int64_t d, const Rows& exp_rows) {
+                                              T* acc, int64_t d, const T* known_max,
+                                              const Rows& exp_rows) {
   for (int64_t r = 0; r < rows; ++r) {
     T* __restrict row = s + r * ld;
     const Visible v = visible(q0 + r, k0, cols, window);
@@ -163,7 +165,7 @@ RETORT_ALWAYS_INLINE void online_softmax_tile(T* s, int64_t ld, int64_t rows, in
       std::fill(row, row + cols, T(0));
       continue;
     }
-    const T m_new = std::max(m[r], max_of(row + v.lo, v.hi - v.lo));
+    const T m_new = std::max(m[r], known_max ? known_max[r] : max_of(row + v.lo, v.hi - v.lo));
     std::fill(row, row + v.lo, T(0));
     const T sum = exp_rows.exp_shifted_sum(row + v.lo, v.hi - v.lo, m_new);
     std::fill(row + v.hi, row + cols, T(0));
@@ -227,13 +229,13 @@ RETORT_ALWAYS_INLINE void row_dots(const T* a, int64_t lda, const T* b, int64_t 
 
 RETORT_SIMD_CLONES void online_softmax(float* s, int64_t ld, int64_t rows, int64_t cols, int64_t q0,
                                        int64_t k0, int64_t window, float* m, float* l, float* acc,
-                                       int64_t d) {
-  online_softmax_tile(s, ld, rows, cols, q0, k0, window, m, l, acc, d, PortableRows{});
+                                       int64_t d, const float* known_max) {
+  online_softmax_tile(s, ld, rows, cols, q0, k0, window, m, l, acc, d, known_max, PortableRows{});
 }
 RETORT_SIMD_CLONES void online_softmax(double* s, int64_t ld, int64_t rows, int64_t cols,
                                        int64_t q0, int64_t k0, int64_t window, double* m, double* l,
-                                       double* acc, int64_t d) {
-  online_softmax_tile(s, ld, rows, cols, q0, k0, window, m, l, acc, d, PortableRows{});
+                                       double* acc, int64_t d, const double* known_max) {
+  online_softmax_tile(s, ld, rows, cols, q0, k0, window, m, l, acc, d, known_max, PortableRows{});
 }
 RETORT_SIMD_CLONES void probabilities(float* s, int64_t ld, int64_t rows, int64_t cols, int64_t q0,
                                       int64_t k0, int64_t window, const float* lse) {
@@ -247,8 +249,9 @@ RETORT_SIMD_CLONES void probabilities(double* s, int64_t ld, int64_t rows, int64
 __attribute__((target("avx512f"))) void online_softmax_avx512(float* s, int64_t ld, int64_t rows,
                                                               int64_t cols, int64_t q0, int64_t k0,
                                                               int64_t window, float* m, float* l,
-                                                              float* acc, int64_t d) {
-  online_softmax_tile(s, ld, rows, cols, q0, k0, window, m, l, acc, d, Avx512Rows{});
+                                                              float* acc, int64_t d,
+                                                              const float* known_max) {
+  online_softmax_tile(s, ld, rows, cols, q0, k0, window, m, l, acc, d, known_max, Avx512Rows{});
 }
 __attribute__((target("avx512f"))) void probabilities_avx512(float* s, int64_t ld, int64_t rows,
                                                              int64_t cols, int64_t q0, int64_t k0,
@@ -260,13 +263,15 @@ __attribute__((target("avx512f"))) void probabilities_avx512(float* s, int64_t l
 // The softmax passes on the AVX-512 path where the tile products take it (fp32, AVX-512).
 template <typename T>
 void online_softmax_pass(bool avx512, T* s, int64_t ld, int64_t rows, int64_t cols, int64_t q0,
-                         int64_t k0, int64_t window, T* m, T* l, T* acc, int64_t d) {
+                         int64_t k0, int64_t window, T* m, T* l, T* acc, int64_t d,
+                         const T* known_max) {
 #ifdef RETORT_AVX512_EXP
   if constexpr (std::is_same_v<T, float>) {
-    if (avx512) return online_softmax_avx512(s, ld, rows, cols, q0, k0, window, m, l, acc, d);
+    if (avx512)
+      return online_softmax_avx512(s, ld, rows, cols, q0, k0, window, m, l, acc, d, known_max);
   }
 #endif
-  online_softmax(s, ld, rows, cols, q0, k0, window, m, l, acc, d);
+  online_softmax(s, ld, rows, cols, q0, k0, window, m, l, acc, d, known_max);
 }
 template <typename T>
 void probabilities_pass(bool avx512, T* s, int64_t ld, int64_t rows, int64_t cols, int64_t q0,
@@ -323,6 +328,29 @@ void for_each_row_group(int64_t q0, int64_t rows, int64_t k0, int64_t cols, F&& 
   }
 }
 
+// Whether every row of [q0, q0 + rows) sees every key of [k0, k0 + cols).
+bool whole_tile_visible(const AttentionShape& sh, int64_t q0, int64_t rows, int64_t k0,
+                        int64_t cols) {
+  return k0 + cols <= q0 + 1 && (sh.window <= 0 || k0 >= q0 + rows - sh.window);
+}
+
+// The forward's scores of a tile every row sees whole, on the fp32 tile path: S = scale Q K^T
+// with each row's maximum (tile_max) formed in the product's registers, so the online softmax
+// needs no pass to find it. False (nothing done) elsewhere.
+template <typename T>
+bool scores_with_max(const AttentionShape& sh, int64_t q0, int64_t rows, int64_t k0, int64_t cols,
+                     bool tiles, const T* q_rows, int64_t q_stride, const Panels& keys_t, T* scores,
+                     int64_t ld, T* max_lanes, T* tile_max) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (!tiles || k0 % kPanelColumns != 0 || !whole_tile_visible(sh, q0, rows, k0, cols))
+      return false;
+    tile_gemm_row_max(rows, cols, sh.d, float(sh.scale), q_rows, q_stride, 1,
+                      keys_t.columns_from(k0), scores, ld, tile_max, max_lanes);
+    return true;
+  }
+  return false;
+}
+
 // The score tiles' row stride: the key tile plus one cache line, so a tile's rows (2 KB apart
 // for 512 keys) do not all fall on the same two L1 sets while the products broadcast from 12
 // of them at once.
@@ -336,14 +364,16 @@ void forward_head(const AttentionShape& sh, HeadRows<const T> q, HeadRows<const 
                   HeadRows<const T> v, HeadRows<T> out, T* lse, int64_t batch, int64_t head,
                   T* workspace) {
   const int64_t d = sh.d, ld = score_stride<T>(sh), kv_head = head / sh.group;
-  T* scores = workspace;                 // [block_rows, ld]
-  T* acc = scores + sh.block_rows * ld;  // [block_rows, d]
-  T* m = acc + sh.block_rows * d;        // [block_rows]
-  T* l = m + sh.block_rows;              // [block_rows]
+  T* scores = workspace;                    // [block_rows, ld]
+  T* acc = scores + sh.block_rows * ld;     // [block_rows, d]
+  T* m = acc + sh.block_rows * d;           // [block_rows]
+  T* l = m + sh.block_rows;                 // [block_rows]
+  T* tile_max = l + sh.block_rows;          // [block_rows]
+  T* max_lanes = tile_max + sh.block_rows;  // [block_rows, 16]
   const T* k_rows = k.at(batch, kv_head, 0);
   const T* v_rows = v.at(batch, kv_head, 0);
   const bool tiles = tile_products<T>();
-  T* space = l + sh.block_rows;
+  T* space = max_lanes + 16 * sh.block_rows;
   Panels keys_t{}, values{};
   if (tiles) {
     keys_t = pack(k_rows, k.row_stride, sh.s, d, true, space);
@@ -356,13 +386,21 @@ void forward_head(const AttentionShape& sh, HeadRows<const T> q, HeadRows<const 
     std::fill(m, m + rows, -std::numeric_limits<T>::infinity());
     std::fill(l, l + rows, T(0));
     for_each_key_tile(sh, q0, rows, [&](int64_t k0, int64_t cols) {
-      // Scores only where some row of the group can see the key: the online softmax reads
-      // visible columns only and writes 0 to the others, so P V below adds nothing for them.
-      for_each_row_group(q0, rows, k0, cols, [&](int64_t r0, int64_t r, int64_t c) {
-        product_a_xt(r, c, d, T(sh.scale), q_rows + r0 * q.row_stride, q.row_stride, k_rows,
-                     k.row_stride, k0, tiles ? &keys_t : nullptr, scores + r0 * ld, ld);
-      });
-      online_softmax_pass(tiles, scores, ld, rows, cols, q0, k0, sh.window, m, l, acc, d);
+      // A tile every row sees whole has its rows' maxima formed in the product's registers.
+      if (scores_with_max(sh, q0, rows, k0, cols, tiles, q_rows, q.row_stride, keys_t, scores, ld,
+                          max_lanes, tile_max)) {
+        online_softmax_pass(tiles, scores, ld, rows, cols, q0, k0, sh.window, m, l, acc, d,
+                            static_cast<const T*>(tile_max));
+      } else {
+        // Scores only where some row of the group can see the key: the online softmax reads
+        // visible columns only and writes 0 to the others, so P V below adds nothing for them.
+        for_each_row_group(q0, rows, k0, cols, [&](int64_t r0, int64_t r, int64_t c) {
+          product_a_xt(r, c, d, T(sh.scale), q_rows + r0 * q.row_stride, q.row_stride, k_rows,
+                       k.row_stride, k0, tiles ? &keys_t : nullptr, scores + r0 * ld, ld);
+        });
+        online_softmax_pass(tiles, scores, ld, rows, cols, q0, k0, sh.window, m, l, acc, d,
+                            static_cast<const T*>(nullptr));
+      }
       for_each_row_group(q0, rows, k0, cols, [&](int64_t r0, int64_t r, int64_t c) {
         product_add(false, r, d, c, T(1), scores + r0 * ld, ld, v_rows, v.row_stride, k0,
                     tiles ? &values : nullptr, acc + r0 * d, d);
@@ -472,8 +510,9 @@ int64_t attention_workspace(const AttentionShape& sh) {
   const int64_t panels = std::max(
       transposed + by_rows, 2 * transposed + by_rows + 2 * panel_elements(sh.block_rows, sh.d));
   // Two score tiles of score_stride<float> (that of double is shorter in elements), the rows'
-  // dQ and m, l or D; the backward's dK and dV of one head.
-  return 2 * sh.block_rows * score_stride<float>(sh) + sh.block_rows * sh.d + 2 * sh.block_rows +
+  // dQ and m, l or D, the forward's row maxima (one and 16 lanes a row); the backward's dK and
+  // dV of one head.
+  return 2 * sh.block_rows * score_stride<float>(sh) + sh.block_rows * sh.d + 19 * sh.block_rows +
          2 * sh.s * sh.d + panels;
 }
 

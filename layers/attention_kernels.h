@@ -6,6 +6,8 @@
 // element-wise pass goes through memory. Backward is FlashAttention-2's: scores formed again,
 // dV, dP, dS, dQ and dK per tile, dK and dV accumulated in place for the key/value head.
 // On the diagonal a tile's rows go in groups of 32, each formed only up to its own last key.
+// On a tile every row of the block sees whole, the forward's row maxima come out of the score
+// product's registers (tile_gemm_row_max), so its online softmax is one pass over the tile.
 // No torch here: the caller (layers/blocked_attention.cpp) runs heads in parallel, one BLAS
 // thread each. fp32 products run as layers/tile_gemm.h on AVX-512 CPUs (K^T, V, V^T and K
 // packed into panels once per head, Q and dO once per query block); fp64 and fp32 elsewhere

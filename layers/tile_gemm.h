@@ -44,4 +44,11 @@ int64_t panel_elements(int64_t k, int64_t n);
 void tile_gemm(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t a_row,
                int64_t a_col, Panels b, bool accumulate, float* c, int64_t ldc);
 
+// tile_gemm's C = alpha A B that also gives row_max[i], the largest value of C's row i (NaN
+// skipped), from the product's registers instead of a pass over C: the online softmax's row
+// maximum. lanes: 16 m values of workspace.
+void tile_gemm_row_max(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t a_row,
+                       int64_t a_col, Panels b, float* c, int64_t ldc, float* row_max,
+                       float* lanes);
+
 }  // namespace retort::layers::kernels

@@ -1,12 +1,15 @@
 // tests/unit/tile_gemm_test.cpp: the attention's AVX-512 tile products (layers/tile_gemm.h)
 // against a float64 triple loop: shapes with partial row blocks and partial panels, A read
 // in place or transposed, B packed from rows or from the rows of X (B = X^T), a nonzero
-// alpha, and accumulation into an existing C.
+// alpha, and accumulation into an existing C; the row maxima tile_gemm_row_max forms in
+// registers against the maxima of the C it writes.
 #include "layers/tile_gemm.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -83,6 +86,50 @@ TEST(TileGemm, PanelsZeroPastTheLastColumn) {
   for (int64_t p = 0; p < k; ++p)
     for (int64_t c = n; c < 64; ++c)
       EXPECT_EQ(panels.data[panels.panel_stride + p * kPanelColumns + c % kPanelColumns], 0.0f);
+}
+
+// tile_gemm_row_max over C = alpha A B with every value below -50 (so a lane past the last
+// column counted as 0, not -inf, would show) and, when `with_nan`, a NaN column (skipped, as
+// the softmax's max_of skips it). C must equal tile_gemm's, row_max each row's largest value.
+void check_row_max(int64_t m, int64_t n, int64_t k, bool with_nan, std::mt19937& rng) {
+  SCOPED_TRACE(::testing::Message()
+               << "m " << m << " n " << n << " k " << k << " nan " << with_nan);
+  std::uniform_real_distribution<float> uniform(1.0f, 2.0f);
+  const int64_t lda = k + 1, ldb = n + 3, ldc = n + 5;
+  std::vector<float> a(m * lda), b(k * ldb);
+  for (float& x : a) x = uniform(rng);
+  for (float& x : b) x = uniform(rng);
+  if (with_nan) b[n / 2] = std::nanf("");  // column n / 2 of every row of C
+  std::vector<float> packed(panel_elements(k, n));
+  const Panels panels = pack_panels(b.data(), ldb, 1, k, n, packed.data());
+  const float alpha = -50.0f;
+  std::vector<float> expected(m * ldc, 7.0f), out(m * ldc, 7.0f), row_max(m, 7.0f),
+      lanes(16 * m, 7.0f);
+  tile_gemm(m, n, k, alpha, a.data(), lda, 1, panels, false, expected.data(), ldc);
+  tile_gemm_row_max(m, n, k, alpha, a.data(), lda, 1, panels, out.data(), ldc, row_max.data(),
+                    lanes.data());
+  for (int64_t i = 0; i < m; ++i) {
+    float largest = -std::numeric_limits<float>::infinity();
+    for (int64_t j = 0; j < ldc; ++j) {
+      const float want = expected[i * ldc + j], got = out[i * ldc + j];
+      ASSERT_TRUE(got == want || (std::isnan(got) && std::isnan(want)))
+          << "row " << i << " column " << j << ": " << got << " against " << want;
+      if (j < n && !std::isnan(want)) largest = std::max(largest, want);
+    }
+    ASSERT_LT(largest, -50.0f);
+    ASSERT_EQ(row_max[i], largest) << "row " << i;
+  }
+}
+
+TEST(TileGemm, RowMaximaMatchTheProductsRows) {
+  std::mt19937 rng(5);
+  for (bool with_nan : {false, true}) {
+    check_row_max(24, 64, 64, with_nan, rng);    // whole blocks and panels
+    check_row_max(37, 45, 19, with_nan, rng);    // partial rows and panels
+    check_row_max(13, 50, 8, with_nan, rng);     // a panel's second half partial
+    check_row_max(5, 7, 3, with_nan, rng);       // less than one of each
+    check_row_max(128, 512, 64, with_nan, rng);  // the attention's tile
+  }
 }
 
 }  // namespace
