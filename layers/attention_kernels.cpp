@@ -77,6 +77,47 @@ Panels pack(const T* x, int64_t ld, int64_t s, int64_t d, bool transposed, T*& s
   return {nullptr, 0};
 }
 
+#ifdef RETORT_AVX512_EXP
+// write_rows' streaming form: d a multiple of 16, dst and dst_ld on 64-byte lines.
+__attribute__((target("avx512f"))) void stream_rows_avx512(int64_t rows, int64_t d, float scale,
+                                                           const float* src, int64_t src_ld,
+                                                           float* dst, int64_t dst_ld) {
+  const __m512 factor = _mm512_set1_ps(scale);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < d; j += 16)
+      _mm512_stream_ps(dst + r * dst_ld + j,
+                       _mm512_mul_ps(factor, _mm512_loadu_ps(src + r * src_ld + j)));
+}
+
+// Streaming stores are weakly ordered: this makes the calling thread's visible to the others
+// before it reports its work done.
+void streamed_rows_visible() {
+  _mm_sfence();
+}
+#else
+void streamed_rows_visible() {}
+#endif
+
+// dst row i = scale * src row i, rows of d values. Results the caller reads only after every
+// head is done (dQ, dK, dV): on the AVX-512 path, fp32 rows of whole 64-byte lines are
+// written with streaming stores, which skip reading the destination lines in first and do not
+// evict the head's panels and tiles for lines it will not touch again; the writer's
+// streamed_rows_visible() orders them before its work is reported done. The backward ran 1.5%
+// faster than with plain stores (one thread, s = 2048, 7 of 10 alternations).
+template <typename T>
+void write_rows(int64_t rows, int64_t d, T scale, const T* src, int64_t src_ld, T* dst,
+                int64_t dst_ld) {
+#ifdef RETORT_AVX512_EXP
+  if constexpr (std::is_same_v<T, float>) {
+    if (tile_gemm_available() && d % 16 == 0 && dst_ld % 16 == 0 &&
+        reinterpret_cast<uintptr_t>(dst) % 64 == 0)
+      return stream_rows_avx512(rows, d, scale, src, src_ld, dst, dst_ld);
+  }
+#endif
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < d; ++j) dst[r * dst_ld + j] = scale * src[r * src_ld + j];
+}
+
 // C[m, n] = alpha A X^T over X's rows [x0, x0 + n) (k = d).
 template <typename T>
 void product_a_xt(int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* x,
@@ -425,7 +466,7 @@ void backward_kv_head(const AttentionShape& sh, HeadRows<const T> q, HeadRows<co
   T* ds = p + sh.block_rows * ld;           // [block_rows, ld]
   T* dq_acc = ds + sh.block_rows * ld;      // [block_rows, d]
   T* row_dot = dq_acc + sh.block_rows * d;  // [block_rows]
-  // The head's dK and dV, contiguous, added into dk and dv at the end: there their rows are
+  // The head's dK and dV, contiguous, written to dk and dv at the end: there their rows are
   // kilobytes apart (the packed q|k|v gradient), and the two products adding into them ran
   // 12-15% slower than into rows d apart (one head, s = 2048).
   T* dk_acc = row_dot + sh.block_rows;  // [s, d]
@@ -481,20 +522,12 @@ void backward_kv_head(const AttentionShape& sh, HeadRows<const T> q, HeadRows<co
                       tiles ? &queries : nullptr, dk_acc + k0 * d, d);
         });
       });
-      for (int64_t r = 0; r < rows; ++r) {
-        T* g = dq.at(batch, head, q0 + r);
-        for (int64_t j = 0; j < d; ++j) g[j] = dq_acc[r * d + j] * scale;
-      }
+      write_rows(rows, d, scale, dq_acc, d, dq.at(batch, head, q0), dq.row_stride);
     }
   }
-  for (int64_t t = 0; t < sh.s; ++t) {
-    T* dk_row = dk.at(batch, kv_head, t);
-    T* dv_row = dv.at(batch, kv_head, t);
-    for (int64_t j = 0; j < d; ++j) {
-      dk_row[j] += dk_acc[t * d + j];
-      dv_row[j] += dv_acc[t * d + j];
-    }
-  }
+  write_rows(sh.s, d, T(1), dk_acc, d, dk.at(batch, kv_head, 0), dk.row_stride);
+  write_rows(sh.s, d, T(1), dv_acc, d, dv.at(batch, kv_head, 0), dv.row_stride);
+  streamed_rows_visible();
 }
 
 }  // namespace

@@ -55,7 +55,7 @@ void attention_forward_head(const AttentionShape& shape, HeadRows<const double> 
                             double* workspace);
 
 // Backward of the `group` query heads sharing key/value head `kv_head` of batch `batch`:
-// writes their dq rows, adds into dk and dv of that key/value head (zeroed by the caller).
+// writes their dq rows and the dk and dv rows of that key/value head.
 // lse: [heads, s] of this batch; d_out the output's gradient.
 void attention_backward_kv_head(const AttentionShape& shape, HeadRows<const float> q,
                                 HeadRows<const float> k, HeadRows<const float> v,

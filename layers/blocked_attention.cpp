@@ -143,13 +143,11 @@ variable_list fused_backward(const Shape& sh, const torch::Tensor& q, const torc
   const kernels::AttentionShape ks = kernel_shape(sh);
   torch::Tensor qr = unit_rows(q), kr = unit_rows(k), vr = unit_rows(v), o = unit_rows(out),
                 g = unit_rows(d_out);
-  auto per_head = [&](int64_t h, bool zeroed) {
-    std::vector<int64_t> shape{sh.b, sh.s, h, sh.d};
-    return (zeroed ? torch::zeros(shape, q.options()) : torch::empty(shape, q.options()))
-        .transpose(1, 2);
+  // Every row is written by the kernels (dK and dV by the one task of their key/value head).
+  auto per_head = [&](int64_t h) {
+    return torch::empty({sh.b, sh.s, h, sh.d}, q.options()).transpose(1, 2);
   };
-  torch::Tensor dq = per_head(heads, false), dk = per_head(sh.kv_heads, true),
-                dv = per_head(sh.kv_heads, true);
+  torch::Tensor dq = per_head(heads), dk = per_head(sh.kv_heads), dv = per_head(sh.kv_heads);
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "fused_attention_backward", [&] {
     const scalar_t* lse_data = lse.data_ptr<scalar_t>();
     run_tasks<scalar_t>(sh.b * sh.kv_heads, kernels::attention_workspace(ks), q.options(),

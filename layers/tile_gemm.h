@@ -33,7 +33,8 @@ struct Panels {
 
 // Packs B [k, n] into `out` (k * round_up(n, 32) values; columns past n are zero) as Panels
 // with panel_stride 32 k. B element (p, c) is at b[p * b_row + c * b_col]: (ld, 1) for B
-// given by rows, (1, ld) for B = X^T with X given by rows.
+// given by rows, (1, ld) for B = X^T with X given by rows (whole panels of that form by 16 x 16
+// register transposes on AVX-512 CPUs).
 Panels pack_panels(const float* b, int64_t b_row, int64_t b_col, int64_t k, int64_t n, float* out);
 
 // Values pack_panels writes for k x n.

@@ -156,11 +156,12 @@ namespace {
 // Blocked attention against the dense grouped attention with its mask.
 // q_scale sets the spread of the scores (about q_scale x 1.5 standard deviations).
 void check_blocked_attention(int64_t heads, int64_t kv_heads, int64_t s, int64_t window,
-                             int64_t block_rows, int64_t key_block, double q_scale = 1.5) {
+                             int64_t block_rows, int64_t key_block, double q_scale = 1.5,
+                             int64_t d = 8) {
   SCOPED_TRACE(::testing::Message()
-               << "heads " << heads << "/" << kv_heads << " s " << s << " window " << window
-               << " blocks " << block_rows << "x" << key_block << " q scale " << q_scale);
-  const int64_t b = 2, d = 8;
+               << "heads " << heads << "/" << kv_heads << " s " << s << " d " << d << " window "
+               << window << " blocks " << block_rows << "x" << key_block << " q scale " << q_scale);
+  const int64_t b = 2;
   // Laid out as the attention makes them: [b, s, heads, d] viewed as [b, heads, s, d].
   // Values fp32 holds exactly, so the float64 reference sees the fp32 runs' very inputs (with
   // sharp scores, rounding the inputs alone moves the gradients by more than fp32 round-off).
@@ -198,6 +199,9 @@ TEST(BlockedAttention, MatchesDenseCausal) {
   check_blocked_attention(4, 4, 37, 0, 64, 512);  // one block covering the whole sequence
   check_blocked_attention(6, 1, 33, 0, 5, 3);     // multi-query, key blocks smaller than rows
   check_blocked_attention(4, 2, 100, 0, 24, 64);  // key tiles on 32-column panels
+  // Head dimension 48: K^T and V^T packed by 16 x 16 transposes, dQ, dK and dV rows of whole
+  // 64-byte lines written by streaming stores (on AVX-512 CPUs).
+  check_blocked_attention(4, 2, 100, 0, 24, 64, 1.5, 48);
 }
 
 TEST(BlockedAttention, MatchesDenseSlidingWindow) {
