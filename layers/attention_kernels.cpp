@@ -118,6 +118,19 @@ void write_rows(int64_t rows, int64_t d, T scale, const T* src, int64_t src_ld, 
     for (int64_t j = 0; j < d; ++j) dst[r * dst_ld + j] = scale * src[r * src_ld + j];
 }
 
+// Asks for the cache lines of `rows` rows of d values (row stride ld) a query block before
+// their use. A head's rows are kilobytes apart (the packed q|k|v rows 6 KB, the output and its
+// gradient 2 KB), a stride the hardware prefetchers do not follow across pages, so each row's
+// first touch waited on memory. With the next block's Q (forward) and Q, dO and O (backward)
+// asked for while this block's products run, one layer at s = 2048 ran 0.6-1% faster on one
+// thread (8 and 10 of 12 alternations) and 1.6% on two (9 of 12).
+template <typename T>
+void prefetch_rows(const T* x, int64_t ld, int64_t rows, int64_t d) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < d; j += 64 / int64_t(sizeof(T)))
+      __builtin_prefetch(x + r * ld + j, 0, 2);
+}
+
 // C[m, n] = alpha A X^T over X's rows [x0, x0 + n) (k = d).
 template <typename T>
 void product_a_xt(int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* x,
@@ -426,6 +439,8 @@ void forward_head(const AttentionShape& sh, HeadRows<const T> q, HeadRows<const 
     std::fill(acc, acc + rows * d, T(0));
     std::fill(m, m + rows, -std::numeric_limits<T>::infinity());
     std::fill(l, l + rows, T(0));
+    prefetch_rows(q_rows + rows * q.row_stride, q.row_stride,
+                  std::min(sh.block_rows, sh.s - q0 - rows), d);
     for_each_key_tile(sh, q0, rows, [&](int64_t k0, int64_t cols) {
       // A tile every row sees whole has its rows' maxima formed in the product's registers.
       if (scores_with_max(sh, q0, rows, k0, cols, tiles, q_rows, q.row_stride, keys_t, scores, ld,
@@ -499,6 +514,10 @@ void backward_kv_head(const AttentionShape& sh, HeadRows<const T> q, HeadRows<co
       // D_t = sum_j dO_tj O_tj: the softmax backward's row term.
       dots(g_rows, d_out.row_stride, out.at(batch, head, q0), out.row_stride, rows, d, row_dot);
       std::fill(dq_acc, dq_acc + rows * d, T(0));
+      const int64_t next_rows = std::min(sh.block_rows, sh.s - q0 - rows);
+      prefetch_rows(q_rows + rows * q.row_stride, q.row_stride, next_rows, d);
+      prefetch_rows(g_rows + rows * d_out.row_stride, d_out.row_stride, next_rows, d);
+      prefetch_rows(out.at(batch, head, q0 + rows), out.row_stride, next_rows, d);
       for_each_key_tile(sh, q0, rows, [&](int64_t k0, int64_t cols) {
         for_each_row_group(q0, rows, k0, cols, [&](int64_t r0, int64_t r, int64_t c) {
           product_a_xt(r, c, d, scale, q_rows + r0 * q.row_stride, q.row_stride, k_rows,
