@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <thread>
 #include <type_traits>
 
 #include "common/avx512_exp.h"
@@ -355,16 +356,48 @@ RETORT_SIMD_CLONES void dots(const double* a, int64_t lda, const double* b, int6
   row_dots(a, lda, b, ldb, rows, d, out);
 }
 
-// The key tiles query rows [q0, q0 + rows) can see: from the first row's window start to the
-// last row, `key_tile` keys at a time.
-template <typename F>
-void for_each_key_tile(const AttentionShape& sh, int64_t q0, int64_t rows, F&& tile) {
-  const int64_t last = q0 + rows - 1;
-  // Tiles start on a panel boundary (the keys before the window get probability 0).
-  const int64_t first =
+// The keys query rows [q0, q0 + rows) can see: [lo, hi), lo on a panel boundary (the keys
+// before a window's start get probability 0), hi one past the last row.
+struct KeyRange {
+  int64_t lo, hi;
+};
+KeyRange visible_keys(const AttentionShape& sh, int64_t q0, int64_t rows) {
+  const int64_t lo =
       sh.window > 0 ? std::max<int64_t>(0, q0 - sh.window + 1) / kPanelColumns * kPanelColumns : 0;
-  for (int64_t k0 = first; k0 <= last; k0 += sh.key_tile)
-    tile(k0, std::min(sh.key_tile, last + 1 - k0));
+  return {lo, q0 + rows};
+}
+
+// One key tile's part of a sequence: keys [begin, end), the tile `index` of the sequence's grid
+// of key_tile keys.
+struct KeyTile {
+  int64_t index, begin, end;
+};
+KeyTile key_tile_of(const AttentionShape& sh, int64_t index) {
+  const int64_t begin = index * sh.key_tile;
+  return {index, begin, std::min(sh.s, begin + sh.key_tile)};
+}
+
+// Where a query block meets a key tile: the tile columns [k0, k0 + cols) (absolute keys), the
+// block's ordinal of this tile among the tiles it meets, and whether it is the block's last.
+struct Meeting {
+  int64_t k0, cols, ordinal;
+  bool last;
+};
+
+// For each query block that meets `tile`, in order: meet(q0, rows, meeting). Blocks before the
+// tile see none of its keys (causal), and under a window blocks past some point see none.
+template <typename F>
+void for_each_meeting_block(const AttentionShape& sh, const KeyTile& tile, F&& meet) {
+  for (int64_t q0 = tile.begin / sh.block_rows * sh.block_rows; q0 < sh.s; q0 += sh.block_rows) {
+    const int64_t rows = std::min(sh.block_rows, sh.s - q0);
+    const KeyRange keys = visible_keys(sh, q0, rows);
+    if (keys.lo >= tile.end) return;
+    const int64_t k0 = std::max(keys.lo, tile.begin), k1 = std::min(keys.hi, tile.end);
+    if (k0 >= k1) continue;
+    meet(q0, rows,
+         Meeting{k0, k1 - k0, tile.index - keys.lo / sh.key_tile,
+                 (keys.hi - 1) / sh.key_tile == tile.index});
+  }
 }
 
 // The query rows of a tile in groups, each with the tile columns [0, c) it needs: one group
@@ -390,16 +423,17 @@ bool whole_tile_visible(const AttentionShape& sh, int64_t q0, int64_t rows, int6
 
 // The forward's scores of a tile every row sees whole, on the fp32 tile path: S = scale Q K^T
 // with each row's maximum (tile_max) formed in the product's registers, so the online softmax
-// needs no pass to find it. False (nothing done) elsewhere.
+// needs no pass to find it. panel0: the tile's first column in keys_t. False (nothing done)
+// elsewhere.
 template <typename T>
 bool scores_with_max(const AttentionShape& sh, int64_t q0, int64_t rows, int64_t k0, int64_t cols,
-                     bool tiles, const T* q_rows, int64_t q_stride, const Panels& keys_t, T* scores,
-                     int64_t ld, T* max_lanes, T* tile_max) {
+                     int64_t panel0, bool tiles, const T* q_rows, int64_t q_stride,
+                     const Panels& keys_t, T* scores, int64_t ld, T* max_lanes, T* tile_max) {
   if constexpr (std::is_same_v<T, float>) {
-    if (!tiles || k0 % kPanelColumns != 0 || !whole_tile_visible(sh, q0, rows, k0, cols))
+    if (!tiles || panel0 % kPanelColumns != 0 || !whole_tile_visible(sh, q0, rows, k0, cols))
       return false;
     tile_gemm_row_max(rows, cols, sh.d, float(sh.scale), q_rows, q_stride, 1,
-                      keys_t.columns_from(k0), scores, ld, tile_max, max_lanes);
+                      keys_t.columns_from(panel0), scores, ld, tile_max, max_lanes);
     return true;
   }
   return false;
@@ -413,139 +447,169 @@ int64_t score_stride(const AttentionShape& sh) {
   return sh.key_tile + 64 / int64_t(sizeof(T));
 }
 
+// A query block's turn at a key tile: the items of one call run on several threads, and the
+// block's running state (online softmax, dQ) must meet its tiles in order for the result not
+// to depend on which thread took what. `done` counts the block's tiles finished.
+void wait_for_turn(const int32_t* done, int64_t ordinal) {
+  for (int spins = 0; __atomic_load_n(done, __ATOMIC_ACQUIRE) != ordinal; ++spins) {
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+    if (spins > 4096) std::this_thread::yield();
+  }
+}
+void end_turn(int32_t* done, int64_t ordinal) {
+  __atomic_store_n(done, int32_t(ordinal + 1), __ATOMIC_RELEASE);
+}
+
 template <typename T>
-void forward_head(const AttentionShape& sh, HeadRows<const T> q, HeadRows<const T> k,
+void forward_tile(const AttentionShape& sh, HeadRows<const T> q, HeadRows<const T> k,
                   HeadRows<const T> v, HeadRows<T> out, T* lse, int64_t batch, int64_t head,
-                  T* workspace) {
+                  const KeyTile& tile, T* state, int32_t* done, T* workspace) {
   const int64_t d = sh.d, ld = score_stride<T>(sh), kv_head = head / sh.group;
-  T* scores = workspace;                    // [block_rows, ld]
-  T* acc = scores + sh.block_rows * ld;     // [block_rows, d]
-  T* m = acc + sh.block_rows * d;           // [block_rows]
-  T* l = m + sh.block_rows;                 // [block_rows]
-  T* tile_max = l + sh.block_rows;          // [block_rows]
-  T* max_lanes = tile_max + sh.block_rows;  // [block_rows, 16]
-  const T* k_rows = k.at(batch, kv_head, 0);
-  const T* v_rows = v.at(batch, kv_head, 0);
+  T* scores = workspace;                      // [block_rows, ld]
+  T* tile_max = scores + sh.block_rows * ld;  // [block_rows]
+  T* max_lanes = tile_max + sh.block_rows;    // [block_rows, 16]
+  // The tile's keys and values; k0 below is a key, k0 - tile.begin its column in the panels.
+  const T* k_rows = k.at(batch, kv_head, tile.begin);
+  const T* v_rows = v.at(batch, kv_head, tile.begin);
   const bool tiles = tile_products<T>();
   T* space = max_lanes + 16 * sh.block_rows;
   Panels keys_t{}, values{};
   if (tiles) {
-    keys_t = pack(k_rows, k.row_stride, sh.s, d, true, space);
-    values = pack(v_rows, v.row_stride, sh.s, d, false, space);
+    keys_t = pack(k_rows, k.row_stride, tile.end - tile.begin, d, true, space);
+    values = pack(v_rows, v.row_stride, tile.end - tile.begin, d, false, space);
   }
-  for (int64_t q0 = 0; q0 < sh.s; q0 += sh.block_rows) {
-    const int64_t rows = std::min(sh.block_rows, sh.s - q0);
+  // Each row's running output, maximum and sum, carried from tile to tile.
+  T* acc_rows = state;           // [s, d]
+  T* m_rows = state + sh.s * d;  // [s]
+  T* l_rows = m_rows + sh.s;     // [s]
+  for_each_meeting_block(sh, tile, [&](int64_t q0, int64_t rows, const Meeting& at) {
     const T* q_rows = q.at(batch, head, q0);
-    std::fill(acc, acc + rows * d, T(0));
-    std::fill(m, m + rows, -std::numeric_limits<T>::infinity());
-    std::fill(l, l + rows, T(0));
+    T *acc = acc_rows + q0 * d, *m = m_rows + q0, *l = l_rows + q0;
+    const int64_t k0 = at.k0, cols = at.cols, panel0 = k0 - tile.begin;
+    wait_for_turn(done + q0 / sh.block_rows, at.ordinal);
+    if (at.ordinal == 0) {
+      std::fill(acc, acc + rows * d, T(0));
+      std::fill(m, m + rows, -std::numeric_limits<T>::infinity());
+      std::fill(l, l + rows, T(0));
+    }
     prefetch_rows(q_rows + rows * q.row_stride, q.row_stride,
                   std::min(sh.block_rows, sh.s - q0 - rows), d);
-    for_each_key_tile(sh, q0, rows, [&](int64_t k0, int64_t cols) {
-      // A tile every row sees whole has its rows' maxima formed in the product's registers.
-      if (scores_with_max(sh, q0, rows, k0, cols, tiles, q_rows, q.row_stride, keys_t, scores, ld,
-                          max_lanes, tile_max)) {
-        online_softmax_pass(tiles, scores, ld, rows, cols, q0, k0, sh.window, m, l, acc, d,
-                            static_cast<const T*>(tile_max));
-      } else {
-        // Scores only where some row of the group can see the key: the online softmax reads
-        // visible columns only and writes 0 to the others, so P V below adds nothing for them.
-        for_each_row_group(q0, rows, k0, cols, [&](int64_t r0, int64_t r, int64_t c) {
-          product_a_xt(r, c, d, T(sh.scale), q_rows + r0 * q.row_stride, q.row_stride, k_rows,
-                       k.row_stride, k0, tiles ? &keys_t : nullptr, scores + r0 * ld, ld);
-        });
-        online_softmax_pass(tiles, scores, ld, rows, cols, q0, k0, sh.window, m, l, acc, d,
-                            static_cast<const T*>(nullptr));
-      }
+    // A tile every row sees whole has its rows' maxima formed in the product's registers.
+    if (scores_with_max(sh, q0, rows, k0, cols, panel0, tiles, q_rows, q.row_stride, keys_t, scores,
+                        ld, max_lanes, tile_max)) {
+      online_softmax_pass(tiles, scores, ld, rows, cols, q0, k0, sh.window, m, l, acc, d,
+                          static_cast<const T*>(tile_max));
+    } else {
+      // Scores only where some row of the group can see the key: the online softmax reads
+      // visible columns only and writes 0 to the others, so P V below adds nothing for them.
       for_each_row_group(q0, rows, k0, cols, [&](int64_t r0, int64_t r, int64_t c) {
-        product_add(false, r, d, c, T(1), scores + r0 * ld, ld, v_rows, v.row_stride, k0,
-                    tiles ? &values : nullptr, acc + r0 * d, d);
+        product_a_xt(r, c, d, T(sh.scale), q_rows + r0 * q.row_stride, q.row_stride, k_rows,
+                     k.row_stride, panel0, tiles ? &keys_t : nullptr, scores + r0 * ld, ld);
       });
-    });
-    for (int64_t r = 0; r < rows; ++r) {
-      T* o = out.at(batch, head, q0 + r);
-      const T inv = T(1) / l[r];
-      for (int64_t j = 0; j < d; ++j) o[j] = acc[r * d + j] * inv;
-      lse[q0 + r] = m[r] + std::log(l[r]);
+      online_softmax_pass(tiles, scores, ld, rows, cols, q0, k0, sh.window, m, l, acc, d,
+                          static_cast<const T*>(nullptr));
     }
-  }
+    for_each_row_group(q0, rows, k0, cols, [&](int64_t r0, int64_t r, int64_t c) {
+      product_add(false, r, d, c, T(1), scores + r0 * ld, ld, v_rows, v.row_stride, panel0,
+                  tiles ? &values : nullptr, acc + r0 * d, d);
+    });
+    if (at.last) {
+      for (int64_t r = 0; r < rows; ++r) {
+        T* o = out.at(batch, head, q0 + r);
+        const T inv = T(1) / l[r];
+        for (int64_t j = 0; j < d; ++j) o[j] = acc[r * d + j] * inv;
+        lse[q0 + r] = m[r] + std::log(l[r]);
+      }
+    }
+    end_turn(done + q0 / sh.block_rows, at.ordinal);
+  });
 }
 
 template <typename T>
-void backward_kv_head(const AttentionShape& sh, HeadRows<const T> q, HeadRows<const T> k,
-                      HeadRows<const T> v, HeadRows<const T> out, HeadRows<const T> d_out,
-                      const T* lse, HeadRows<T> dq, HeadRows<T> dk, HeadRows<T> dv, int64_t batch,
-                      int64_t kv_head, T* workspace) {
-  const int64_t d = sh.d, ld = score_stride<T>(sh);
-  T* p = workspace;                         // [block_rows, ld]
-  T* ds = p + sh.block_rows * ld;           // [block_rows, ld]
-  T* dq_acc = ds + sh.block_rows * ld;      // [block_rows, d]
-  T* row_dot = dq_acc + sh.block_rows * d;  // [block_rows]
-  // The head's dK and dV, contiguous, written to dk and dv at the end: there their rows are
+void backward_tile(const AttentionShape& sh, HeadRows<const T> q, HeadRows<const T> k,
+                   HeadRows<const T> v, HeadRows<const T> out, HeadRows<const T> d_out,
+                   const T* lse, HeadRows<T> dq, HeadRows<T> dk, HeadRows<T> dv, int64_t batch,
+                   int64_t kv_head, const KeyTile& tile, T* state, int32_t* done, T* workspace) {
+  const int64_t d = sh.d, ld = score_stride<T>(sh), keys = tile.end - tile.begin;
+  const int64_t blocks = (sh.s + sh.block_rows - 1) / sh.block_rows;
+  T* p = workspace;                // [block_rows, ld]
+  T* ds = p + sh.block_rows * ld;  // [block_rows, ld]
+  // The tile's dK and dV, contiguous, written to dk and dv at the end: there their rows are
   // kilobytes apart (the packed q|k|v gradient), and the two products adding into them ran
   // 12-15% slower than into rows d apart (one head, s = 2048).
-  T* dk_acc = row_dot + sh.block_rows;  // [s, d]
-  T* dv_acc = dk_acc + sh.s * d;        // [s, d]
-  std::fill(dk_acc, dv_acc + sh.s * d, T(0));
-  const T* k_rows = k.at(batch, kv_head, 0);
-  const T* v_rows = v.at(batch, kv_head, 0);
+  T* dk_acc = ds + sh.block_rows * ld;  // [keys, d]
+  T* dv_acc = dk_acc + keys * d;        // [keys, d]
+  std::fill(dk_acc, dv_acc + keys * d, T(0));
+  const T* k_rows = k.at(batch, kv_head, tile.begin);
+  const T* v_rows = v.at(batch, kv_head, tile.begin);
   const T scale = T(sh.scale);
   const bool tiles = tile_products<T>();
-  T* const head_space = dv_acc + sh.s * d;
-  T* space = head_space;
-  Panels keys_t{}, values_t{}, keys{}, queries{}, grads{};
+  T* space = dv_acc + keys * d;
+  Panels keys_t{}, values_t{}, keys_p{}, queries{}, grads{};
   if (tiles) {
-    keys_t = pack(k_rows, k.row_stride, sh.s, d, true, space);
-    values_t = pack(v_rows, v.row_stride, sh.s, d, true, space);
-    keys = pack(k_rows, k.row_stride, sh.s, d, false, space);
+    keys_t = pack(k_rows, k.row_stride, keys, d, true, space);
+    values_t = pack(v_rows, v.row_stride, keys, d, true, space);
+    keys_p = pack(k_rows, k.row_stride, keys, d, false, space);
   }
   T* const block_space = space;  // the query block's Q and dO
   for (int64_t head = kv_head * sh.group; head < (kv_head + 1) * sh.group; ++head) {
-    for (int64_t q0 = 0; q0 < sh.s; q0 += sh.block_rows) {
-      const int64_t rows = std::min(sh.block_rows, sh.s - q0);
+    // Each row's dQ (unscaled) and D carried from tile to tile.
+    const int64_t member = head - kv_head * sh.group;
+    T* dq_rows = state + member * sh.s * (d + 1);  // [s, d]
+    T* dot_rows = dq_rows + sh.s * d;              // [s]
+    int32_t* head_done = done + member * blocks;
+    for_each_meeting_block(sh, tile, [&](int64_t q0, int64_t rows, const Meeting& at) {
       const T* q_rows = q.at(batch, head, q0);
       const T* g_rows = d_out.at(batch, head, q0);
       const T* lse_rows = lse + head * sh.s + q0;
+      T *dq_acc = dq_rows + q0 * d, *row_dot = dot_rows + q0;
+      const int64_t k0 = at.k0, cols = at.cols, panel0 = k0 - tile.begin;
+      wait_for_turn(head_done + q0 / sh.block_rows, at.ordinal);
+      if (at.ordinal == 0) {
+        // D_t = sum_j dO_tj O_tj: the softmax backward's row term.
+        dots(g_rows, d_out.row_stride, out.at(batch, head, q0), out.row_stride, rows, d, row_dot);
+        std::fill(dq_acc, dq_acc + rows * d, T(0));
+      }
       if (tiles) {
         space = block_space;
         queries = pack(q_rows, q.row_stride, rows, d, false, space);
         grads = pack(g_rows, d_out.row_stride, rows, d, false, space);
       }
-      // D_t = sum_j dO_tj O_tj: the softmax backward's row term.
-      dots(g_rows, d_out.row_stride, out.at(batch, head, q0), out.row_stride, rows, d, row_dot);
-      std::fill(dq_acc, dq_acc + rows * d, T(0));
       const int64_t next_rows = std::min(sh.block_rows, sh.s - q0 - rows);
       prefetch_rows(q_rows + rows * q.row_stride, q.row_stride, next_rows, d);
       prefetch_rows(g_rows + rows * d_out.row_stride, d_out.row_stride, next_rows, d);
-      prefetch_rows(out.at(batch, head, q0 + rows), out.row_stride, next_rows, d);
-      for_each_key_tile(sh, q0, rows, [&](int64_t k0, int64_t cols) {
-        for_each_row_group(q0, rows, k0, cols, [&](int64_t r0, int64_t r, int64_t c) {
-          product_a_xt(r, c, d, scale, q_rows + r0 * q.row_stride, q.row_stride, k_rows,
-                       k.row_stride, k0, tiles ? &keys_t : nullptr, p + r0 * ld, ld);
-        });
-        probabilities_pass(tiles, p, ld, rows, cols, q0, k0, sh.window, lse_rows);
-        for_each_row_group(q0, rows, k0, cols, [&](int64_t r0, int64_t r, int64_t c) {
-          T* p_rows = p + r0 * ld;
-          T* ds_rows = ds + r0 * ld;
-          // dV += P^T dO
-          product_add(true, c, d, r, T(1), p_rows, ld, g_rows, d_out.row_stride, r0,
-                      tiles ? &grads : nullptr, dv_acc + k0 * d, d);
-          // dP = dO V^T, then dS = P (dP - D)
-          product_a_xt(r, c, d, T(1), g_rows + r0 * d_out.row_stride, d_out.row_stride, v_rows,
-                       v.row_stride, k0, tiles ? &values_t : nullptr, ds_rows, ld);
-          score_gradient(ds_rows, p_rows, ld, r, c, row_dot + r0);
-          // dQ += dS K (scaled at the end), dK += scale dS^T Q
-          product_add(false, r, d, c, T(1), ds_rows, ld, k_rows, k.row_stride, k0,
-                      tiles ? &keys : nullptr, dq_acc + r0 * d, d);
-          product_add(true, c, d, r, scale, ds_rows, ld, q_rows, q.row_stride, r0,
-                      tiles ? &queries : nullptr, dk_acc + k0 * d, d);
-        });
+      if (at.ordinal == 0)
+        prefetch_rows(out.at(batch, head, q0 + rows), out.row_stride, next_rows, d);
+      for_each_row_group(q0, rows, k0, cols, [&](int64_t r0, int64_t r, int64_t c) {
+        product_a_xt(r, c, d, scale, q_rows + r0 * q.row_stride, q.row_stride, k_rows, k.row_stride,
+                     panel0, tiles ? &keys_t : nullptr, p + r0 * ld, ld);
       });
-      write_rows(rows, d, scale, dq_acc, d, dq.at(batch, head, q0), dq.row_stride);
-    }
+      probabilities_pass(tiles, p, ld, rows, cols, q0, k0, sh.window, lse_rows);
+      for_each_row_group(q0, rows, k0, cols, [&](int64_t r0, int64_t r, int64_t c) {
+        T* p_rows = p + r0 * ld;
+        T* ds_rows = ds + r0 * ld;
+        const int64_t key = k0 - tile.begin;  // the group's first row of dk_acc, dv_acc
+        // dV += P^T dO
+        product_add(true, c, d, r, T(1), p_rows, ld, g_rows, d_out.row_stride, r0,
+                    tiles ? &grads : nullptr, dv_acc + key * d, d);
+        // dP = dO V^T, then dS = P (dP - D)
+        product_a_xt(r, c, d, T(1), g_rows + r0 * d_out.row_stride, d_out.row_stride, v_rows,
+                     v.row_stride, panel0, tiles ? &values_t : nullptr, ds_rows, ld);
+        score_gradient(ds_rows, p_rows, ld, r, c, row_dot + r0);
+        // dQ += dS K (scaled at the end), dK += scale dS^T Q
+        product_add(false, r, d, c, T(1), ds_rows, ld, k_rows, k.row_stride, panel0,
+                    tiles ? &keys_p : nullptr, dq_acc + r0 * d, d);
+        product_add(true, c, d, r, scale, ds_rows, ld, q_rows, q.row_stride, r0,
+                    tiles ? &queries : nullptr, dk_acc + key * d, d);
+      });
+      if (at.last) write_rows(rows, d, scale, dq_acc, d, dq.at(batch, head, q0), dq.row_stride);
+      end_turn(head_done + q0 / sh.block_rows, at.ordinal);
+    });
   }
-  write_rows(sh.s, d, T(1), dk_acc, d, dk.at(batch, kv_head, 0), dk.row_stride);
-  write_rows(sh.s, d, T(1), dv_acc, d, dv.at(batch, kv_head, 0), dv.row_stride);
+  write_rows(keys, d, T(1), dk_acc, d, dk.at(batch, kv_head, tile.begin), dk.row_stride);
+  write_rows(keys, d, T(1), dv_acc, d, dv.at(batch, kv_head, tile.begin), dv.row_stride);
   streamed_rows_visible();
 }
 
@@ -555,46 +619,52 @@ bool attention_blas_available() {
   return blas().sgemm != nullptr && blas().dgemm != nullptr;
 }
 
+int64_t attention_key_tiles(const AttentionShape& sh) {
+  return (sh.s + sh.key_tile - 1) / sh.key_tile;
+}
+
+int64_t attention_query_blocks(const AttentionShape& sh) {
+  return (sh.s + sh.block_rows - 1) / sh.block_rows;
+}
+
+int64_t attention_forward_state(const AttentionShape& sh) {
+  return sh.s * (sh.d + 2);
+}
+
+int64_t attention_backward_state(const AttentionShape& sh) {
+  return sh.group * sh.s * (sh.d + 1);
+}
+
 int64_t attention_workspace(const AttentionShape& sh) {
-  // The tile products' panels: K^T and V (forward); K^T, V^T, K, and the query block's Q and
-  // dO (backward). Linear in the sequence, like the rest.
-  const int64_t transposed = panel_elements(sh.d, sh.s), by_rows = panel_elements(sh.s, sh.d);
-  const int64_t panels = std::max(
-      transposed + by_rows, 2 * transposed + by_rows + 2 * panel_elements(sh.block_rows, sh.d));
-  // Two score tiles of score_stride<float> (that of double is shorter in elements), the rows'
-  // dQ and m, l or D, the forward's row maxima (one and 16 lanes a row); the backward's dK and
-  // dV of one head.
-  return 2 * sh.block_rows * score_stride<float>(sh) + sh.block_rows * sh.d + 19 * sh.block_rows +
-         2 * sh.s * sh.d + panels;
+  // The tile products' panels of one key tile: K^T and V (forward); K^T, V^T, K, and the query
+  // block's Q and dO (backward).
+  const int64_t transposed = panel_elements(sh.d, sh.key_tile);
+  const int64_t by_rows = panel_elements(sh.key_tile, sh.d);
+  const int64_t panels = 2 * transposed + by_rows + 2 * panel_elements(sh.block_rows, sh.d);
+  // Two score tiles of score_stride<float> (that of double is shorter in elements), the
+  // forward's row maxima (one and 16 lanes a row), the backward's dK and dV of one tile.
+  return 2 * sh.block_rows * score_stride<float>(sh) + 17 * sh.block_rows + 2 * sh.key_tile * sh.d +
+         panels;
 }
 
-void attention_forward_head(const AttentionShape& shape, HeadRows<const float> q,
-                            HeadRows<const float> k, HeadRows<const float> v, HeadRows<float> out,
-                            float* lse, int64_t batch, int64_t head, float* workspace) {
-  forward_head(shape, q, k, v, out, lse, batch, head, workspace);
-}
-void attention_forward_head(const AttentionShape& shape, HeadRows<const double> q,
-                            HeadRows<const double> k, HeadRows<const double> v,
-                            HeadRows<double> out, double* lse, int64_t batch, int64_t head,
-                            double* workspace) {
-  forward_head(shape, q, k, v, out, lse, batch, head, workspace);
-}
-
-void attention_backward_kv_head(const AttentionShape& shape, HeadRows<const float> q,
-                                HeadRows<const float> k, HeadRows<const float> v,
-                                HeadRows<const float> out, HeadRows<const float> d_out,
-                                const float* lse, HeadRows<float> dq, HeadRows<float> dk,
-                                HeadRows<float> dv, int64_t batch, int64_t kv_head,
-                                float* workspace) {
-  backward_kv_head(shape, q, k, v, out, d_out, lse, dq, dk, dv, batch, kv_head, workspace);
-}
-void attention_backward_kv_head(const AttentionShape& shape, HeadRows<const double> q,
-                                HeadRows<const double> k, HeadRows<const double> v,
-                                HeadRows<const double> out, HeadRows<const double> d_out,
-                                const double* lse, HeadRows<double> dq, HeadRows<double> dk,
-                                HeadRows<double> dv, int64_t batch, int64_t kv_head,
-                                double* workspace) {
-  backward_kv_head(shape, q, k, v, out, d_out, lse, dq, dk, dv, batch, kv_head, workspace);
-}
+#define RETORT_ATTENTION_ENTRY_POINTS(T)                                                          \
+  void attention_forward_tile(const AttentionShape& shape, HeadRows<const T> q,                   \
+                              HeadRows<const T> k, HeadRows<const T> v, HeadRows<T> out, T* lse,  \
+                              int64_t batch, int64_t head, int64_t tile, T* state, int32_t* done, \
+                              T* workspace) {                                                     \
+    forward_tile(shape, q, k, v, out, lse, batch, head, key_tile_of(shape, tile), state, done,    \
+                 workspace);                                                                      \
+  }                                                                                               \
+  void attention_backward_tile(const AttentionShape& shape, HeadRows<const T> q,                  \
+                               HeadRows<const T> k, HeadRows<const T> v, HeadRows<const T> out,   \
+                               HeadRows<const T> d_out, const T* lse, HeadRows<T> dq,             \
+                               HeadRows<T> dk, HeadRows<T> dv, int64_t batch, int64_t kv_head,    \
+                               int64_t tile, T* state, int32_t* done, T* workspace) {             \
+    backward_tile(shape, q, k, v, out, d_out, lse, dq, dk, dv, batch, kv_head,                    \
+                  key_tile_of(shape, tile), state, done, workspace);                              \
+  }
+RETORT_ATTENTION_ENTRY_POINTS(float)
+RETORT_ATTENTION_ENTRY_POINTS(double)
+#undef RETORT_ATTENTION_ENTRY_POINTS
 
 }  // namespace retort::layers::kernels

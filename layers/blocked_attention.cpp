@@ -3,6 +3,7 @@
 
 #include <ATen/Parallel.h>
 
+#include <atomic>
 #include <cmath>
 #include <limits>
 
@@ -97,18 +98,34 @@ kernels::HeadRows<T> head_rows(const torch::Tensor& t) {
 
 // task(i, workspace) for i in [0, n) on torch's threads, each with a workspace of its own (a
 // tensor, so the memory accounting sees it) and the BLAS library's products on the calling
-// thread: its own pool would compete with torch's for the same cores.
+// thread: its own pool would compete with torch's for the same cores. The items are handed
+// out one at a time in index order, not in fixed shares: the two cores of a cloud machine
+// often run at speeds 5-15% apart, and with a fixed share of heads the faster thread waited
+// for the slower at the end of each call.
 template <typename T, typename Task>
-void run_tasks(int64_t n, int64_t workspace_elements, const torch::TensorOptions& options,
+void run_items(int64_t n, int64_t workspace_elements, const torch::TensorOptions& options,
                const Task& task) {
-  torch::Tensor workspace = torch::empty({at::get_num_threads(), workspace_elements}, options);
+  const int threads = at::get_num_threads();
+  torch::Tensor workspace = torch::empty({threads, workspace_elements}, options);
   const int blas = blas_threads();
   if (blas > 1) set_blas_threads(1);
-  at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
+  std::atomic<int64_t> next{0};
+  at::parallel_for(0, threads, 1, [&](int64_t, int64_t) {
     T* mine = workspace.data_ptr<T>() + at::get_thread_num() * workspace_elements;
-    for (int64_t i = begin; i < end; ++i) task(i, mine);
+    for (int64_t i = next++; i < n; i = next++) task(i, mine);
   });
   if (blas > 1) set_blas_threads(blas);
+}
+
+// The items' shared state (kernels::attention_*_state elements per unit) and their query
+// blocks' counters, zeroed (attention_kernels.h).
+struct ItemState {
+  torch::Tensor state, done;
+};
+ItemState item_state(int64_t units, int64_t state_elements, int64_t blocks_per_unit,
+                     const torch::TensorOptions& options) {
+  return {torch::empty({units, state_elements}, options),
+          torch::zeros({units, blocks_per_unit}, options.dtype(torch::kInt))};
 }
 
 // Output [b, heads, s, d] (laid out [b, s, heads, d]) and log-sum-exp [b, heads, s].
@@ -116,19 +133,26 @@ std::pair<torch::Tensor, torch::Tensor> fused_forward(const Shape& sh, const tor
                                                       const torch::Tensor& k,
                                                       const torch::Tensor& v) {
   TraceSpan span([] { return "retort attention forward"; });
-  const int64_t heads = sh.kv_heads * sh.group;
+  const int64_t heads = sh.kv_heads * sh.group, units = sh.b * heads;
   const kernels::AttentionShape ks = kernel_shape(sh);
   torch::Tensor qr = unit_rows(q), kr = unit_rows(k), vr = unit_rows(v);
   torch::Tensor out = torch::empty({sh.b, sh.s, heads, sh.d}, q.options()).transpose(1, 2);
   torch::Tensor lse = torch::empty({sh.b, heads, sh.s}, q.options());
+  const int64_t state_elements = kernels::attention_forward_state(ks);
+  const int64_t blocks = kernels::attention_query_blocks(ks);
+  ItemState items = item_state(units, state_elements, blocks, q.options());
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "fused_attention_forward", [&] {
     scalar_t* lse_data = lse.data_ptr<scalar_t>();
-    run_tasks<scalar_t>(sh.b * heads, kernels::attention_workspace(ks), q.options(),
-                        [&](int64_t i, scalar_t* workspace) {
-                          kernels::attention_forward_head(
+    scalar_t* state = items.state.data_ptr<scalar_t>();
+    int32_t* done = items.done.data_ptr<int32_t>();
+    run_items<scalar_t>(kernels::attention_key_tiles(ks) * units, kernels::attention_workspace(ks),
+                        q.options(), [&](int64_t i, scalar_t* workspace) {
+                          const int64_t unit = i % units;  // batch * heads + head
+                          kernels::attention_forward_tile(
                               ks, head_rows<const scalar_t>(qr), head_rows<const scalar_t>(kr),
                               head_rows<const scalar_t>(vr), head_rows<scalar_t>(out),
-                              lse_data + i * sh.s, i / heads, i % heads, workspace);
+                              lse_data + unit * sh.s, unit / heads, unit % heads, i / units,
+                              state + unit * state_elements, done + unit * blocks, workspace);
                         });
   });
   return {out, lse};
@@ -139,26 +163,33 @@ variable_list fused_backward(const Shape& sh, const torch::Tensor& q, const torc
                              const torch::Tensor& v, const torch::Tensor& out,
                              const torch::Tensor& lse, const torch::Tensor& d_out) {
   TraceSpan span([] { return "retort attention backward"; });
-  const int64_t heads = sh.kv_heads * sh.group;
+  const int64_t heads = sh.kv_heads * sh.group, units = sh.b * sh.kv_heads;
   const kernels::AttentionShape ks = kernel_shape(sh);
   torch::Tensor qr = unit_rows(q), kr = unit_rows(k), vr = unit_rows(v), o = unit_rows(out),
                 g = unit_rows(d_out);
-  // Every row is written by the kernels (dK and dV by the one task of their key/value head).
+  // Every row is written by the kernels (dK and dV by the one item of their key tile).
   auto per_head = [&](int64_t h) {
     return torch::empty({sh.b, sh.s, h, sh.d}, q.options()).transpose(1, 2);
   };
   torch::Tensor dq = per_head(heads), dk = per_head(sh.kv_heads), dv = per_head(sh.kv_heads);
+  const int64_t state_elements = kernels::attention_backward_state(ks);
+  const int64_t blocks = sh.group * kernels::attention_query_blocks(ks);
+  ItemState items = item_state(units, state_elements, blocks, q.options());
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "fused_attention_backward", [&] {
     const scalar_t* lse_data = lse.data_ptr<scalar_t>();
-    run_tasks<scalar_t>(sh.b * sh.kv_heads, kernels::attention_workspace(ks), q.options(),
-                        [&](int64_t i, scalar_t* workspace) {
-                          const int64_t batch = i / sh.kv_heads;
-                          kernels::attention_backward_kv_head(
+    scalar_t* state = items.state.data_ptr<scalar_t>();
+    int32_t* done = items.done.data_ptr<int32_t>();
+    run_items<scalar_t>(kernels::attention_key_tiles(ks) * units, kernels::attention_workspace(ks),
+                        q.options(), [&](int64_t i, scalar_t* workspace) {
+                          const int64_t unit = i % units;  // batch * kv_heads + kv_head
+                          const int64_t batch = unit / sh.kv_heads;
+                          kernels::attention_backward_tile(
                               ks, head_rows<const scalar_t>(qr), head_rows<const scalar_t>(kr),
                               head_rows<const scalar_t>(vr), head_rows<const scalar_t>(o),
                               head_rows<const scalar_t>(g), lse_data + batch * heads * sh.s,
                               head_rows<scalar_t>(dq), head_rows<scalar_t>(dk),
-                              head_rows<scalar_t>(dv), batch, i % sh.kv_heads, workspace);
+                              head_rows<scalar_t>(dv), batch, unit % sh.kv_heads, i / units,
+                              state + unit * state_elements, done + unit * blocks, workspace);
                         });
   });
   return {dq, dk, dv};
