@@ -133,11 +133,6 @@ int measure(int argc, char** argv) {
     for (int i = 0; i < 2; ++i) seconds[i].push_back(t[i]);
     ratios.push_back(t[0] / t[1]);  // equal tokens per step: tokens/s long / short
   }
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    const size_t n = v.size();
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-  };
 
   const double tokens = double(long_seq);
   const layers::ModelConfig& model = configs[0].model;
@@ -149,14 +144,14 @@ int measure(int argc, char** argv) {
   std::printf("|---|---|---|---|---|\n");
   for (int i = 0; i < 2; ++i)
     std::printf("| seq %lld x batch %lld | %.3f | %.0f | %.1f | %.1f |\n", (long long)shapes[i].seq,
-                (long long)shapes[i].batch, median(seconds[i]), tokens / median(seconds[i]),
-                flops[i].counted / 1e6, peak_mb[i]);
+                (long long)shapes[i].batch, bench::median(seconds[i]),
+                tokens / bench::median(seconds[i]), flops[i].counted / 1e6, peak_mb[i]);
   const double memory_ratio = peak_mb[1] / peak_mb[0];
   std::printf("peak memory %lld / %lld: %.2fx (at most 1.5x: %s)\n", (long long)long_seq,
               (long long)short_seq, memory_ratio, verdict(memory_ratio <= 1.5));
   std::printf("tokens/s %lld / %lld, each pair: ", (long long)long_seq, (long long)short_seq);
   for (size_t p = 0; p < ratios.size(); ++p) std::printf("%s%.3f", p ? ", " : "", ratios[p]);
-  const double ratio = median(ratios);
+  const double ratio = bench::median(ratios);
   std::printf("; median %.3f\n", ratio);
   const double counted = flops[0].counted / flops[1].counted;
   const double executed = flops[0].executed / flops[1].executed;

@@ -1,6 +1,7 @@
 // bench/bench_setup.cpp: see bench_setup.h.
 #include "bench_setup.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <random>
@@ -48,6 +49,12 @@ std::vector<std::string> measured_run_keys(const std::string& dir, int steps) {
 
 engine::TrainConfig bench_config(const std::vector<std::string>& assignments) {
   return engine::make_train_config(engine::Config::load("", assignments), 1);
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
 int main_reporting_errors(int (*measure)(int, char**), int argc, char** argv) {

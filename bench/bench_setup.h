@@ -24,6 +24,9 @@ std::vector<std::string> measured_run_keys(const std::string& dir, int steps);
 // checked like any run's config, for one process.
 engine::TrainConfig bench_config(const std::vector<std::string>& assignments);
 
+// The median of `values` (the mean of the middle two when their number is even).
+double median(std::vector<double> values);
+
 // Runs a benchmark's main; bad input (a config error) ends with "error: ..." and exit 2.
 int main_reporting_errors(int (*measure)(int, char**), int argc, char** argv);
 
