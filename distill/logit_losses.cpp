@@ -514,7 +514,7 @@ struct HeadLogitDistillation : torch::autograd::Function<HeadLogitDistillation> 
     }
     torch::Tensor wsr = ws.narrow(0, 0, L.real), wtr = wt.narrow(0, 0, L.real);
     torch::Tensor grad_x = torch::empty_like(xs);
-    torch::Tensor grad_w = torch::zeros_like(ws);  // padded rows keep a zero gradient
+    torch::Tensor grad_w = layers::zeroed_whole_gradient(L.sink, ws);  // padded rows stay 0
     torch::Tensor grad_w_real = grad_w.narrow(0, 0, L.real);
     for (int64_t start = 0; start < L.n; start += L.chunk) {
       const int64_t len = std::min(L.chunk, L.n - start);
@@ -548,7 +548,7 @@ struct FusedHeadLogitDistillation : torch::autograd::Function<FusedHeadLogitDist
                 "the fused logit loss forms the weight's gradient in forward: no streaming sink");
     const bool want_x = xs.requires_grad(), want_w = ws.requires_grad();
     torch::Tensor grad_x = want_x ? torch::empty_like(xs) : torch::Tensor();
-    torch::Tensor grad_w = want_w ? torch::zeros_like(ws) : torch::Tensor();
+    torch::Tensor grad_w = want_w ? layers::zeroed_whole_gradient(L.sink, ws) : torch::Tensor();
     auto [kd_coefficient, ce_coefficient] =
         coefficients(L, w, torch::tensor({kd_factor, ce_factor}, torch::dtype(w.scalar_type())));
     for (int64_t start = 0; start < L.n; start += L.chunk) {

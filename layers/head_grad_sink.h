@@ -10,6 +10,8 @@
 
 #include <cstdint>
 
+#include "layers/grad_destinations.h"
+
 namespace retort::layers {
 
 class HeadGradSink {
@@ -24,6 +26,20 @@ class HeadGradSink {
   virtual int64_t block_rows(int64_t rows) const = 0;
   // Rows [row_begin, row_begin + grad.size(0)) of the gradient; grad is the receiver's.
   virtual void take_rows(int64_t row_begin, torch::Tensor grad) = 0;
+  // When streams() is false: memory the head may form the whole gradient in (the receiver's
+  // own, e.g. where its DP sum reads it, so take_rows needs no copy); undefined: none.
+  virtual torch::Tensor whole_gradient_memory() { return {}; }
 };
+
+// A zeroed tensor of weight's shape for the head weight's whole gradient: the sink's memory
+// when it offers some of that shape; without a sink (the gradient goes back to autograd)
+// memory offered for the weight's gradient (layers/grad_destinations.h); else a new tensor.
+inline torch::Tensor zeroed_whole_gradient(HeadGradSink* sink, const torch::Tensor& weight) {
+  torch::Tensor memory = sink ? sink->whole_gradient_memory() : take_grad_destination(weight);
+  if (memory.defined() && memory.sizes() == weight.sizes() &&
+      memory.scalar_type() == weight.scalar_type() && memory.is_contiguous())
+    return memory.zero_();
+  return torch::zeros_like(weight, torch::MemoryFormat::Contiguous);
+}
 
 }  // namespace retort::layers

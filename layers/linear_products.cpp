@@ -3,6 +3,7 @@
 
 #include <vector>
 
+#include "layers/grad_destinations.h"
 #include "layers/tile_gemm.h"
 
 namespace retort::layers {
@@ -94,8 +95,14 @@ torch::autograd::variable_list LinearProduct::backward(torch::autograd::Autograd
   const torch::Tensor& dy = grads[0];
   torch::Tensor dx, dw;
   if (ctx->needs_input_grad(0)) dx = product_by(dy, w);
-  if (ctx->needs_input_grad(1))
-    dw = torch::matmul(dy.reshape({-1, dy.size(-1)}).t(), x.reshape({-1, x.size(-1)}));
+  if (ctx->needs_input_grad(1)) {
+    const torch::Tensor dy_t = dy.reshape({-1, dy.size(-1)}).t(), x2d = x.reshape({-1, x.size(-1)});
+    dw = take_grad_destination(w);  // memory where the gradient is wanted, if offered
+    if (dw.defined())
+      at::mm_out(dw, dy_t, x2d);
+    else
+      dw = torch::matmul(dy_t, x2d);
+  }
   return {dx, dw};
 }
 

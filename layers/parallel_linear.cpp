@@ -1,6 +1,7 @@
 // layers/parallel_linear.cpp: see parallel_linear.h.
 #include "layers/parallel_linear.h"
 
+#include "layers/grad_destinations.h"
 #include "layers/linear_products.h"
 
 namespace retort::layers {
@@ -85,8 +86,18 @@ struct PackedProduct : torch::autograd::Function<PackedProduct> {
     const torch::Tensor dy = grads[0];
     torch::Tensor dx = product_by(dy, stacked_rows(weights));
     const int64_t in = x.size(-1), out = dy.size(-1);
-    torch::Tensor dw = torch::matmul(dy.reshape({-1, out}).t(), x.reshape({-1, in}));
+    const torch::Tensor dy_t = dy.reshape({-1, out}).t(), x2d = x.reshape({-1, in});
     variable_list result{dx};
+    // Memory offered for every weight's gradient, one block in stacking order: one product
+    // fills it, and each weight's part is returned as its own tensor (adopted as .grad()).
+    std::vector<torch::Tensor> destinations = take_stacked_grad_destinations(weights);
+    if (!destinations.empty()) {
+      torch::Tensor stacked = destinations[0].as_strided({out, in}, {in, 1});
+      at::mm_out(stacked, dy_t, x2d);
+      result.insert(result.end(), destinations.begin(), destinations.end());
+      return result;
+    }
+    torch::Tensor dw = torch::matmul(dy_t, x2d);
     int64_t row = 0;
     for (const torch::Tensor& w : weights) {
       result.push_back(dw.narrow(0, row, w.size(0)));

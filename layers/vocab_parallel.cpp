@@ -84,7 +84,8 @@ struct FusedHeadResult {
 FusedHeadResult fused_head_forward(const torch::Tensor& x2d, const torch::Tensor& weight,
                                    const torch::Tensor& t, int64_t vocab_start, int64_t vocab_size,
                                    parallel::Communicator* group, int64_t chunk, bool want_x,
-                                   bool want_weight, bool want_stats = false) {
+                                   bool want_weight, bool want_stats = false,
+                                   HeadGradSink* sink = nullptr) {
   const int64_t n = x2d.size(0), local = weight.size(0);
   torch::Tensor ids = torch::arange(vocab_start, vocab_start + local, t.options());
   torch::Tensor padded = ids >= vocab_size;
@@ -92,7 +93,7 @@ FusedHeadResult fused_head_forward(const torch::Tensor& x2d, const torch::Tensor
   FusedHeadResult r;
   r.loss_sum = torch::zeros({}, x2d.options());
   if (want_x) r.grad_x = torch::empty_like(x2d);
-  if (want_weight) r.grad_weight = torch::zeros_like(weight);
+  if (want_weight) r.grad_weight = zeroed_whole_gradient(sink, weight);
   if (want_stats) {
     r.max = torch::empty({n}, x2d.options());
     r.sum_exp = torch::empty({n}, x2d.options());
@@ -172,8 +173,9 @@ struct FusedHeadCrossEntropy : torch::autograd::Function<FusedHeadCrossEntropy> 
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x2d, torch::Tensor weight,
                                torch::Tensor targets, int64_t vocab_start, int64_t vocab_size,
                                parallel::Communicator* group, int64_t chunk, HeadGradSink* sink) {
-    FusedHeadResult r = fused_head_forward(x2d, weight, targets, vocab_start, vocab_size, group,
-                                           chunk, x2d.requires_grad(), weight.requires_grad());
+    FusedHeadResult r =
+        fused_head_forward(x2d, weight, targets, vocab_start, vocab_size, group, chunk,
+                           x2d.requires_grad(), weight.requires_grad(), false, sink);
     ctx->save_for_backward({r.grad_x, r.grad_weight});
     ctx->saved_data["sink"] = reinterpret_cast<int64_t>(sink);
     return r.loss_sum;

@@ -140,7 +140,10 @@ void SharedReduction::start(int slot, const std::vector<torch::Tensor>& inputs) 
                                   " takes CPU tensors of its dtype, " + std::to_string(s.elements) +
                                   " elements in all");
     torch::Tensor place = mine.narrow(0, filled, t.numel()).view(t.sizes());
-    if (t.data_ptr() != place.data_ptr() || !t.is_contiguous()) place.copy_(t);  // else in place
+    if (t.data_ptr() != place.data_ptr() || !t.is_contiguous()) {  // else already in place
+      place.copy_(t);
+      bytes_copied_in_ += t.numel() * int64_t(t.element_size());
+    }
     filled += t.numel();
   }
   if (filled != s.elements)

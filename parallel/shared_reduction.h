@@ -58,6 +58,9 @@ class SharedReduction {
   torch::Tensor region(int slot) const;
   // Bytes of this rank's segment.
   int64_t segment_bytes() const { return segment_bytes_; }
+  // Bytes start() has copied into this rank's regions so far (inputs already in place, formed
+  // there by their producer, are not copied).
+  int64_t bytes_copied_in() const { return bytes_copied_in_; }
 
  private:
   SharedReduction(Communicator& group, const std::vector<SharedSlot>& slots, MPI_Comm node);
@@ -69,7 +72,7 @@ class SharedReduction {
   Communicator& group_;
   std::vector<SharedSlot> slots_;
   std::vector<int64_t> offsets_;  // byte offset of each slot's data in a segment
-  int64_t header_bytes_ = 0, segment_bytes_ = 0;
+  int64_t header_bytes_ = 0, segment_bytes_ = 0, bytes_copied_in_ = 0;
   MPI_Comm node_ = MPI_COMM_NULL;
   MPI_Win window_ = MPI_WIN_NULL;
   std::vector<char*> segments_;       // every rank's segment, mapped here

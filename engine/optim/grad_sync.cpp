@@ -5,6 +5,7 @@
 
 #include "common/fault_injection.h"
 #include "engine/optim/flat_copy.h"
+#include "layers/grad_destinations.h"
 
 namespace retort::engine {
 namespace {
@@ -64,7 +65,11 @@ GradientSync::GradientSync(layers::ParameterStore& store, parallel::Mesh& mesh,
     }
     current.params.push_back(k);
     bytes += p.value.numel() * p.value.element_size();
-    if (bytes >= bucket_bytes) {
+    // Weights that share one buffer (q|k|v, gate|up: one product forms their gradients
+    // together) stay in one bucket, so their places in it are one block.
+    const bool shares_with_next =
+        bucket_bytes > 0 && k > 0 && store.all()[k - 1].value.is_alias_of(p.value);
+    if (bytes >= bucket_bytes && !shares_with_next) {
       buckets_.push_back(std::move(current));
       current = Bucket();
       bytes = 0;
@@ -75,6 +80,10 @@ GradientSync::GradientSync(layers::ParameterStore& store, parallel::Mesh& mesh,
   for (size_t b = 0; b < buckets_.size(); ++b) {
     Bucket& bucket = buckets_[b];
     for (size_t k : bucket.params) bucket_of_[k] = int(b);
+    // Creation order inside a bucket: weights one product forms together (q|k|v, gate|up)
+    // were created, and are stacked, in that order, so their places in a shared region are
+    // one block that product can fill (offer_gradient_memory).
+    std::sort(bucket.params.begin(), bucket.params.end());
     if (!zero_) continue;
     // Owner order, so the reduce-scatter hands each rank the contiguous part it owns.
     std::stable_sort(bucket.params.begin(), bucket.params.end(),
@@ -104,7 +113,29 @@ GradientSync::GradientSync(layers::ParameterStore& store, parallel::Mesh& mesh,
     hooks_ = std::make_unique<GradReadyHooks>(store, [this](size_t k) { on_grad_ready(k); });
 }
 
-GradientSync::~GradientSync() = default;
+GradientSync::~GradientSync() {
+  withdraw_gradient_memory();  // the offers point into the region freed with shared_
+}
+
+void GradientSync::offer_gradient_memory() {
+  if (!shared_) return;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    torch::Tensor region = shared_->region(int(b));
+    int64_t offset = 0;
+    for (size_t k : buckets_[b].params) {
+      const torch::Tensor& value = store_.all()[k].value;
+      layers::offer_grad_destination(value,
+                                     region.narrow(0, offset, value.numel()).view(value.sizes()));
+      offset += value.numel();
+    }
+  }
+}
+
+void GradientSync::withdraw_gradient_memory() {
+  if (!shared_) return;
+  for (const Bucket& bucket : buckets_)
+    for (size_t k : bucket.params) layers::withdraw_grad_destination(store_.all()[k].value);
+}
 
 void GradientSync::on_grad_ready(size_t param) {
   if (!armed_) return;
@@ -223,6 +254,7 @@ void GradientSync::finish() {
   }
   if (on_streamed_ready_)
     for (size_t k : options_.streamed) on_streamed_ready_(k);
+  withdraw_gradient_memory();
   armed_ = false;
 }
 

@@ -18,8 +18,11 @@
 // (its reduction waited for, on_final called) during backward as soon as its communication
 // is done, so the parameters step and free their gradients while backward continues.
 // When every DP rank runs on this node (no ZeRO), step 3 goes through shared memory
-// (parallel/shared_reduction.h): the flatten is the copy into this rank's region, and after
-// the sum the bucket's gradients are views of that region until the next step clears them.
+// (parallel/shared_reduction.h): offer_gradient_memory() offers each parameter's place in
+// this rank's region to the products that form weight gradients (layers/grad_destinations.h),
+// so most gradients are formed there and need no copy; the others are copied in at launch.
+// After the sum the bucket's gradients are views of that region until the next step clears
+// them.
 #pragma once
 #include <functional>
 #include <memory>
@@ -64,8 +67,13 @@ class GradientSync {
     armed_ = true;
     finished_early_ = completed_early_ = 0;
   }
-  // Finishes every bucket not finished yet and waits for all communication.
+  // Finishes every bucket not finished yet and waits for all communication; withdraws the
+  // offers nothing took.
   void finish();
+  // With the shared-memory DP sum: offers each parameter's place in this rank's region as the
+  // memory its gradient is formed in (once the gradients are cleared, before the step's
+  // first backward). Nothing otherwise.
+  void offer_gradient_memory();
   // Whether this rank holds the final gradient of (and steps) parameter i.
   bool owns(size_t param) const { return !zero_ || zero_->owns(param); }
   // Under ZeRO-1: the partition, after the optimizer step its owners' parameters go back to
@@ -86,6 +94,8 @@ class GradientSync {
   bool reduces_in_shared_memory() const { return shared_ != nullptr; }
   // Bytes of this rank's shared-memory segment (0 without one).
   int64_t shared_bytes() const { return shared_ ? shared_->segment_bytes() : 0; }
+  // Gradient bytes copied into that segment so far (the rest were formed in it).
+  int64_t shared_bytes_copied_in() const { return shared_ ? shared_->bytes_copied_in() : 0; }
   // Buckets launched from a hook during the last step's backward.
   int64_t finished_during_backward() const { return finished_early_; }
   // Buckets completed (on_final called) during the last step's backward.
@@ -111,6 +121,7 @@ class GradientSync {
   // Whether step 3 of a launched bucket is done (complete would not wait).
   bool reduced(Bucket& bucket);
   int index_of(const Bucket& bucket) const;
+  void withdraw_gradient_memory();
 
   layers::ParameterStore& store_;
   parallel::Mesh& mesh_;

@@ -85,6 +85,12 @@ void HeadRowStepper::take_rows(int64_t row_begin, torch::Tensor grad) {
   if (row_begin + rows == p.value.size(0) && accumulated.defined()) p.value.mutable_grad().reset();
 }
 
+torch::Tensor HeadRowStepper::whole_gradient_memory() {
+  // Free to write until this step's sum starts: the last step's finished in complete().
+  if (!shared_ || !blocks_.empty()) return {};
+  return shared_->region(0).view_as(store_.all()[options_.index].value);
+}
+
 void HeadRowStepper::complete() {
   if (!pending_) return;
   pending_ = false;

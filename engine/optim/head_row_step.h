@@ -53,6 +53,9 @@ class HeadRowStepper : public layers::HeadGradSink {
   // Reduce-only takes the gradient whole (formed in forward, no second pass over the logits).
   bool streams() const override { return optimizer_ != nullptr; }
   void take_rows(int64_t row_begin, torch::Tensor grad) override;
+  // Reduce-only through shared memory: this rank's region of the sum, so the head forms the
+  // gradient where the sum reads it (no copy at take_rows).
+  torch::Tensor whole_gradient_memory() override;
   // The lookup's rows have arrived (or backward is over): the kept rows step. Idempotent.
   void complete();
   // Reduce-only: drives the pending block reductions (call while backward runs).
@@ -63,6 +66,8 @@ class HeadRowStepper : public layers::HeadGradSink {
   size_t index() const { return options_.index; }
   // Bytes of this rank's shared-memory segment for the reduce-only sum (0 without one).
   int64_t shared_bytes() const { return shared_ ? shared_->segment_bytes() : 0; }
+  // Gradient bytes copied into it so far (none when the head formed the gradient there).
+  int64_t shared_bytes_copied_in() const { return shared_ ? shared_->bytes_copied_in() : 0; }
   // Rows stepped from blocks and rows kept for complete() in the last step (for tests).
   int64_t rows_streamed() const { return rows_streamed_; }
   int64_t rows_kept() const { return touched_.numel(); }

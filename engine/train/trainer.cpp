@@ -360,6 +360,7 @@ StepResult Trainer::train_step() {
   double target_count = 0;
   const std::vector<MicroBatch> micro = read_micro_batches(target_count);
   clear_gradients();
+  sync_->offer_gradient_memory();  // the DP sum's shared region, where it has one
   // The schedule follows optimizer steps taken: a skipped step does not advance it.
   result.lr = config_.optimizer.schedule.at(optimizer_->steps());
   const bool in_backward = config_.optimizer.in_backward;

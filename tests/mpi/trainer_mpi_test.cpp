@@ -89,12 +89,41 @@ TEST(TrainerMpi, DataParallelBucketsLaunchDuringBackward) {
     const auto& all_reduce = mesh.dp().counters().at("all_reduce");
     EXPECT_EQ(all_reduce.calls, int64_t(sync.bucket_count()) + 2) << "shared " << shared;
     EXPECT_EQ(all_reduce.bytes, gradient_bytes + 2 * 8) << "shared " << shared;
+    if (shared) {
+      // The products formed their weights' gradients in the shared segment (two micro-batches:
+      // the second added into it); only the norms' and the lookup's were copied in.
+      int64_t not_from_products = 0;
+      for (const auto& p : trainer.parameters().all())
+        if (p.spec.name == "embed.weight" || p.spec.name.find("norm.weight") != std::string::npos)
+          not_from_products += p.value.numel() * p.value.element_size();
+      EXPECT_EQ(sync.shared_bytes_copied_in(), not_from_products);
+    }
     trainer.train_step();
     for (const auto& p : trainer.parameters().all()) by_mode[shared].push_back(p.value.clone());
   }
   for (size_t i = 0; i < by_mode[0].size(); ++i)
     EXPECT_TRUE(torch::allclose(by_mode[1][i], by_mode[0][i], 1e-6, 1e-7))
         << "parameter " << i << " after 2 steps: shared memory against MPI";
+}
+
+// Tied embeddings under DP: the head's gradient is reduced apart (HeadRowStepper) and the head
+// forms it in that reduction's shared segment, so nothing of it is copied.
+TEST(TrainerMpi, TiedHeadGradientIsFormedInSharedMemory) {
+  if (world_size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  TrainConfig config =
+      small({"parallel.data=4", "training.micro_batch=1", "model.tied_embeddings=true"});
+  parallel::Mesh mesh(config.layout);
+  Trainer trainer(config, nullptr, mesh);
+  for (int step = 0; step < 2; ++step) trainer.train_step();
+  const HeadRowStepper* head = trainer.head_stepper();
+  ASSERT_NE(head, nullptr);
+  ASSERT_GT(head->shared_bytes(), 0);
+  EXPECT_EQ(head->shared_bytes_copied_in(), 0);
+  int64_t norms = 0;
+  for (const auto& p : trainer.parameters().all())
+    if (p.spec.name.find("norm.weight") != std::string::npos)
+      norms += p.value.numel() * p.value.element_size();
+  EXPECT_EQ(trainer.gradient_sync().shared_bytes_copied_in(), 2 * norms);
 }
 
 TEST(TrainerMpi, CheckpointReshardsAcrossLayouts) {
