@@ -21,7 +21,14 @@ constexpr const char* kJemallocPaths[] = {"/usr/lib/x86_64-linux-gnu/libjemalloc
                                           "/usr/lib64/libjemalloc.so.2"};
 // Freed pages are never purged: the steps reuse the same sizes, so returning memory to the
 // OS only to fault it in again is the cost this avoids (glibc's mallopt below does the same).
-constexpr const char* kJemallocConf = "dirty_decay_ms:-1,muzzy_decay_ms:-1";
+// thp:always asks the kernel for transparent huge pages (madvise(MADV_HUGEPAGE)) on every
+// extent: Debian's kernels give them only to memory that asks (mode "madvise"), and with 4 KB
+// pages the step's GEMM operands, activations and AdamW's four buffers span far more pages
+// than the TLB holds. Two data-parallel ranks on this machine kind's 2 cores, 8 alternated
+// pairs: step 1.740 -> 1.678 s (median), faster in 8 of 8.
+constexpr const char* kJemallocConf = "dirty_decay_ms:-1,muzzy_decay_ms:-1,thp:always";
+// The same request for glibc's malloc (glibc >= 2.35 reads it at start; older ones ignore it).
+constexpr const char* kGlibcHugePages = "glibc.malloc.hugetlb=1";
 
 // OpenBLAS's idle workers spin (calling sched_yield) for 2^N cycles before they sleep; its
 // default N = 28 is about 0.1 s, so after every product a worker competes with the
@@ -128,6 +135,10 @@ void setup_process(char** argv) {
     setenv("RETORT_PRELOADED", "1", 1);
     restart = true;
   }
+  if (!jemalloc_ctl() && !std::getenv("LD_PRELOAD") && !std::getenv("GLIBC_TUNABLES")) {
+    setenv("GLIBC_TUNABLES", kGlibcHugePages, 1);  // glibc stays the allocator: ask it too
+    restart = true;
+  }
   if (restart) execv("/proc/self/exe", argv);  // returns only on failure: run as we are
   if (jemalloc_ctl()) return;
   // glibc: the largest mmap threshold it accepts on 64-bit (HEAP_MAX_SIZE / 2): blocks below
@@ -140,7 +151,11 @@ void setup_process(char** argv) {
 
 std::string allocator_summary() {
   Mallctl ctl = jemalloc_ctl();
-  if (!ctl) return "glibc malloc";
+  if (!ctl) {
+    const char* tunables = std::getenv("GLIBC_TUNABLES");
+    return std::string("glibc malloc") +
+           (tunables && std::strstr(tunables, kGlibcHugePages) ? " (huge pages asked)" : "");
+  }
   const char* version = nullptr;
   size_t size = sizeof version;
   std::string name = "jemalloc";
@@ -148,8 +163,14 @@ std::string allocator_summary() {
     name += " " + std::string(version).substr(0, std::string(version).find('-'));
   ssize_t decay = 0;
   size = sizeof decay;
-  if (ctl("arenas.dirty_decay_ms", &decay, &size, nullptr, 0) == 0 && decay < 0)
-    name += " (freed pages kept)";
+  const bool kept = ctl("arenas.dirty_decay_ms", &decay, &size, nullptr, 0) == 0 && decay < 0;
+  const char* thp = nullptr;
+  size = sizeof thp;
+  const bool huge =
+      ctl("opt.thp", &thp, &size, nullptr, 0) == 0 && thp && std::strcmp(thp, "always") == 0;
+  if (kept || huge)
+    name += std::string(" (") + (kept ? "freed pages kept" : "") + (kept && huge ? ", " : "") +
+            (huge ? "huge pages asked" : "") + ")";
   return name;
 }
 

@@ -15,6 +15,12 @@
 //    bench/peer/run_peer.py); the preload is removed from the environment once running, so
 //    child processes do not inherit it. Otherwise, or with RETORT_ALLOCATOR=glibc, glibc is
 //    tuned with mallopt. A user's own LD_PRELOAD is left alone.
+//  - The allocator asks for transparent huge pages (jemalloc's thp:always, glibc's
+//    glibc.malloc.hugetlb=1 tunable, set in the same re-execution), which Debian's kernels
+//    give only to memory that asks: with 4 KB pages the step's operands span far more pages
+//    than the TLB holds (2 data-parallel ranks on 2 cores: step 1.740 -> 1.678 s, 8 of 8
+//    alternated pairs). A MALLOC_CONF or GLIBC_TUNABLES the user set is kept; metrics.jsonl
+//    records how much memory the kernel did give in huge pages.
 //  - OpenBLAS's idle workers sleep after a short spin (OPENBLAS_THREAD_TIMEOUT=10, 2^10
 //    cycles, set in the same re-execution when unset; its default spins ~0.1 s yielding the
 //    core, competing with the attention and elementwise kernels: 440 -> 470 tok/s at
@@ -38,7 +44,8 @@ int blas_threads();
 // How long OpenBLAS's idle workers spin before sleeping, as log2 of cycles, as the library
 // itself read it when loaded; 0 without OpenBLAS's pthread pool.
 int blas_idle_spin_log2();
-// The allocator in use: "jemalloc 5.3.0 (freed pages kept)" or "glibc malloc".
+// The allocator in use: "jemalloc 5.3.0 (freed pages kept, huge pages asked)" or
+// "glibc malloc (huge pages asked)".
 std::string allocator_summary();
 // One line for the start-up banner: OpenMP's wait policy and idle spin, the BLAS threads, idle
 // spin and kernels (with a warning when OPENBLAS_CORETYPE holds it below the CPU's AVX-512),

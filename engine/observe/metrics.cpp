@@ -81,6 +81,8 @@ std::vector<std::pair<std::string, double>> metric_scalars(const StepMetrics& m)
   for (const auto& [name, value] : m.parts) scalars.emplace_back(name, value);
   for (const auto& [name, bytes] : m.peak_by_category)
     scalars.emplace_back("peak_mem_by_category/" + name, double(bytes));
+  if (m.resident_bytes >= 0) scalars.emplace_back("resident_bytes", double(m.resident_bytes));
+  if (m.huge_page_bytes >= 0) scalars.emplace_back("huge_page_bytes", double(m.huge_page_bytes));
   return scalars;
 }
 
@@ -97,11 +99,12 @@ void MetricsFile::write(const StepMetrics& m) {
                       {"mfu", m.mfu},
                       {"peak_mem_bytes", m.peak_mem_bytes},
                       {"eta_s", m.eta_s},
-                      {"eta_s", m.eta_s},
                       {"exposed_comm_s", m.exposed_comm_s}};
   if (m.valid_loss) j["valid_loss"] = *m.valid_loss;
   for (const auto& [name, value] : m.parts) j[name] = value;
   if (!m.peak_by_category.empty()) j["peak_mem_by_category"] = m.peak_by_category;
+  if (m.resident_bytes >= 0) j["resident_bytes"] = m.resident_bytes;
+  if (m.huge_page_bytes >= 0) j["huge_page_bytes"] = m.huge_page_bytes;
   out_ << j.dump() << "\n";
   out_.flush();
 }

@@ -1,6 +1,7 @@
 // engine/observe/metrics.h: per-step metrics, printed as one console line and appended as one JSON
 // object to <run.dir>/metrics.jsonl (step, loss, lr, grad_norm, tokens_per_s, mfu,
-// peak_mem_bytes and its split by category, eta_s, and valid_loss at evaluation steps).
+// peak_mem_bytes and its split by category, eta_s, valid_loss at evaluation steps, and the
+// process's resident bytes and the part of them in transparent huge pages).
 #pragma once
 #include <cstdint>
 #include <fstream>
@@ -26,6 +27,9 @@ struct StepMetrics {
   // The device peak since the previous line, by category (common/memory_category.h), and
   // the peak of the offloaded host store.
   std::map<std::string, int64_t> peak_by_category;
+  // The process's resident memory when the line was written and the part of it in
+  // transparent huge pages (common/resident_memory.h); -1 where the kernel does not say.
+  int64_t resident_bytes = -1, huge_page_bytes = -1;
 };
 
 std::string format_console_line(const StepMetrics& m);

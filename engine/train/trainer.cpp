@@ -9,6 +9,7 @@
 #include <ostream>
 
 #include "common/fault_injection.h"
+#include "common/resident_memory.h"
 #include "common/trace_span.h"
 #include "common/user_error.h"
 #include "engine/data/batches.h"
@@ -476,6 +477,9 @@ void Trainer::write_metrics(const StepResult& r, double seconds, double comm_sec
       m.peak_by_category[enum_name(MemoryCategory(c))] = split.bytes[c];
   m.peak_by_category["offloaded_host_peak"] = memory.peak_offloaded_bytes();
   memory.reset_peak();
+  const ResidentMemory resident = read_resident_memory();
+  m.resident_bytes = resident.resident_bytes;
+  m.huge_page_bytes = resident.huge_page_bytes;
   m.eta_s = seconds / double(steps_in_interval) * double(t.steps - r.step);
   const bool eval_now = t.eval_every > 0 && (r.step % t.eval_every == 0 || r.step == t.steps);
   if (eval_now && streams_.valid) m.valid_loss = evaluate();

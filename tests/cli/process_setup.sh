@@ -8,6 +8,10 @@
 # policy the user set is kept; RETORT_PROCESS_TUNING=0 turns it all off. The banner names
 # OpenBLAS's kernels and, on a CPU with AVX-512 F/CD/BW/DQ/VL, warns when a user's
 # OPENBLAS_CORETYPE holds them to AVX2 ones (kept, as the user's other values are).
+# The allocator asks for transparent huge pages (jemalloc's thp:always; glibc's hugetlb
+# tunable): where the kernel gives them only on request (mode madvise), the kernel's own count
+# in metrics.jsonl (huge_page_bytes, from smaps_rollup) must be above zero with the engine's
+# set-up and zero with it off.
 # The environment alone proves nothing (libgomp reads it when loaded): libgomp's own display
 # (OMP_DISPLAY_ENV=verbose) must show its spin count at 10000 in the process that trains.
 # Usage: process_setup.sh ENGINE_TRAIN CORPUS_PREFIX CONFIGS_DIR
@@ -36,17 +40,31 @@ refuse() {  # refuse LINE PATTERN
     exit 1
   fi
 }
+huge_pages() {  # huge_pages NAME: huge_page_bytes of the run's last metrics line
+  grep -o '"huge_page_bytes":[0-9]*' "$work/$1/metrics.jsonl" | tail -1 | cut -d: -f2
+}
+thp_mode=$(sed -n 's/.*\[\(.*\)\].*/\1/p' /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null || true)
+expect_huge_pages() {  # expect_huge_pages NAME: the kernel gave the run some huge pages
+  [[ $thp_mode == never || -z $thp_mode ]] && return 0
+  local bytes
+  bytes=$(huge_pages "$1")
+  if [[ -z $bytes || $bytes -le 0 ]]; then
+    echo "FAIL: run $1 had no memory in huge pages (huge_page_bytes '$bytes', THP mode $thp_mode)"
+    exit 1
+  fi
+}
 avx512=true
 for flag in avx512f avx512cd avx512bw avx512dq avx512vl; do
   grep -qw "$flag" /proc/cpuinfo || avx512=false
 done
 line=$(run unset 2 1 OMP_DISPLAY_ENV=verbose)
+expect_huge_pages unset
 expect "$line" "OpenMP wait policy passive, OpenMP idle spin 10000"
 spins=$(grep "GOMP_SPINCOUNT" "$work/unset.log" | tail -1)
 expect "$spins" "GOMP_SPINCOUNT = '10000'"
 expect "$line" "BLAS threads 1"
 expect "$line" "BLAS idle spin 2^10 cycles"
-expect "$line" "allocator jemalloc [0-9.]* (freed pages kept)"
+expect "$line" "allocator jemalloc [0-9.]* (freed pages kept, huge pages asked)"
 expect "$line" "BLAS kernels [A-Za-z]"
 refuse "$line" "OPENBLAS_CORETYPE"
 line=$(run three 1 3)
@@ -66,11 +84,20 @@ expect "$line" "BLAS idle spin 2^20 cycles"
 expect "$line" "allocator jemalloc"
 line=$(run glibc 1 2 RETORT_ALLOCATOR=glibc)
 expect "$line" "OpenMP wait policy passive"
-expect "$line" "allocator glibc malloc"
+expect_huge_pages glibc
+expect "$line" "allocator glibc malloc (huge pages asked)"
 line=$(run off 1 2 RETORT_PROCESS_TUNING=0 OMP_DISPLAY_ENV=verbose)
 expect "$line" "OpenMP wait policy default"
 expect "$line" "BLAS idle spin 2^28 cycles"
 expect "$line" "allocator glibc malloc"
+refuse "$line" "huge pages asked"
 spins=$(grep "GOMP_SPINCOUNT" "$work/off.log" | tail -1)
 expect "$spins" "GOMP_SPINCOUNT = '300000'"
-echo "process set-up: OpenMP idle spin 10000, short BLAS idle spin and jemalloc by default, BLAS threads follow runtime.threads, BLAS kernels named (AVX-512 CPU: $avx512)"
+if [[ $thp_mode == madvise ]]; then
+  bytes=$(huge_pages off)
+  if [[ $bytes != 0 ]]; then
+    echo "FAIL: with the set-up off (nobody asks) the run had '$bytes' bytes in huge pages"
+    exit 1
+  fi
+fi
+echo "process set-up: OpenMP idle spin 10000, short BLAS idle spin and jemalloc with huge pages (THP mode ${thp_mode:-absent}) by default, BLAS threads follow runtime.threads, BLAS kernels named (AVX-512 CPU: $avx512)"
