@@ -2,17 +2,21 @@
 // however many ranks mpirun starts, one compute thread per rank, in the layout the key=value
 // assignments choose (parallel.data, parallel.tensor, parallel.sequence_parallel, ...), and
 // the exposed communication per step: the time ranks spent blocked in communication (waits
-// of collectives and point-to-point, broadcasts, barriers; the slowest rank's figure). Rank 0
-// prints one table and one `json: {...}` line; bench/run_scaling.py runs it for one rank, DP2
-// and TP2 and prints the speed-ups.
+// of collectives and point-to-point, broadcasts, barriers; the slowest rank's figure), and
+// each rank's compute per step (its step time less its own waits): ranks that do the same
+// work but compute at different speeds show the cores were unequal during the run, which a
+// data-parallel step pays for in waits. Rank 0 prints one table and one `json: {...}` line;
+// bench/run_scaling.py runs it for one rank, DP2 and TP2 and prints the speed-ups.
 // Usage: mpirun -np N bench_scaling [steps=3] [key=value ...]
 #include <mpi.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <vector>
 
 #include "bench_args.h"
 #include "bench_mpi_main.h"
@@ -69,6 +73,10 @@ int run(int argc, char** argv, parallel::MpiRuntime& mpi) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double exposed = max_over_ranks(parallel::exposed_communication_seconds()) / steps;
   const double step_s = max_over_ranks(local_seconds) / steps;
+  const double own_compute_s = (local_seconds - parallel::exposed_communication_seconds()) / steps;
+  std::vector<double> compute_s(mpi.world_size());
+  MPI_Gather(&own_compute_s, 1, MPI_DOUBLE, compute_s.data(), 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  const auto [fastest, slowest] = std::minmax_element(compute_s.begin(), compute_s.end());
   const int64_t tokens_per_step = config.training.global_batch * config.data.seq_len;
   const double tokens_per_s = double(tokens_per_step) / step_s;
   if (!root) return 0;
@@ -87,12 +95,15 @@ int run(int argc, char** argv, parallel::MpiRuntime& mpi) {
   std::printf("|   gradient sync, rank 0 (s)     | %12.3f |\n", total.sync_s / steps);
   std::printf("|   clip + AdamW, rank 0 (s)      | %12.3f |\n", total.optimizer_s / steps);
   std::printf("| exposed communication (s)       | %12.3f |\n", exposed);
+  std::printf("| compute, slowest rank (s)       | %12.3f |\n", *slowest);
+  std::printf("| compute, fastest rank (s)       | %12.3f |\n", *fastest);
   std::printf("| tokens/s                        | %12.0f |\n", tokens_per_s);
   std::printf(
       "json: {\"tokens_per_s\": %.3f, \"step_s\": %.6f, \"exposed_comm_s\": %.6f, "
-      "\"ranks\": %d, \"data\": %lld, \"tensor\": %lld}\n",
-      tokens_per_s, step_s, exposed, mpi.world_size(), (long long)config.layout.data,
-      (long long)config.layout.tensor);
+      "\"compute_slowest_s\": %.6f, \"compute_fastest_s\": %.6f, \"ranks\": %d, \"data\": %lld, "
+      "\"tensor\": %lld}\n",
+      tokens_per_s, step_s, exposed, *slowest, *fastest, mpi.world_size(),
+      (long long)config.layout.data, (long long)config.layout.tensor);
   return 0;
 }
 

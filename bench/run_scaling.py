@@ -5,6 +5,10 @@ parallel (each rank the one-rank micro-batch, so twice the tokens per step) and 
 in tensor parallel (the same tokens per step, the model split), and prints the best tokens/s
 of each, the speed-up over one rank, and the exposed communication per step.
 
+Each multi-rank row also gives its ranks' compute per step (step time less the rank's own
+waits), slowest and fastest: the ranks of DP2 do the same work, so a gap between them means
+one core ran slower during that run, and the step waited for it.
+
 It also runs one rank pinned to each CPU (taskset), to show whether the cores are equal: a
 data-parallel step waits for its slowest rank, so a slower core bounds the speed-up. Those
 rows are information only; speed-ups are against the unpinned one rank.
@@ -60,14 +64,18 @@ def main():
           "micro-batch 4 x seq 256, fp32, 1 thread per rank; best of %d rounds" % args.rounds)
     if describe_removed():
         print(describe_removed())
-    print("| layout | tokens/s | speed-up | target | step s | exposed comm s/step |")
-    print("|---|---|---|---|---|---|")
+    print("| layout | tokens/s | speed-up | target | step s | exposed comm s/step "
+          "| ranks' compute s/step, slowest / fastest |")
+    print("|---|---|---|---|---|---|---|")
     for name in [n for n, _, _ in LAYOUTS] + [n for n, _ in pinned]:
         r = best[name]
         target = TARGETS.get(name)
-        print("| %s | %.0f | %.2fx | %s | %.3f | %.3f |" % (
+        slow, fast = r["compute_slowest_s"], r["compute_fastest_s"]
+        spread = ("%.3f / %.3f (%.1f%% apart)" % (slow, fast, 100 * (slow / fast - 1))
+                  if r["ranks"] > 1 else "-")
+        print("| %s | %.0f | %.2fx | %s | %.3f | %.3f | %s |" % (
             name, r["tokens_per_s"], r["tokens_per_s"] / base,
-            (">= %.2fx" % target) if target else "-", r["step_s"], r["exposed_comm_s"]))
+            (">= %.2fx" % target) if target else "-", r["step_s"], r["exposed_comm_s"], spread))
 
 
 if __name__ == "__main__":
