@@ -5,8 +5,10 @@ heads, ffn 1536, vocab 32000 tied) with the platform's OpenBLAS overrides remove
 process it measures peak tensor memory of a step at sequence 256 x micro-batch 8 and at 2048 x
 micro-batch 1 (2048 tokens per step each), then alternates single steps of the two for `pairs`
 pairs, and prints the median of the pairs' tokens/s ratios against what three FLOP counts of
-the causal attention predict (counted once, as the engine's MFU; executed, as FlashAttention
-counts its backward, which forms the scores again; Megatron-LM's formula, full s x s).
+the causal attention predict. The target is the executed count, the FLOPs this attention
+performs (FlashAttention's count of its own kernels: the backward forms the scores again,
+since the attention keeps no [heads, s, s] probabilities); counted once (the engine's MFU
+count) and Megatron-LM's formula (full s x s) are printed for comparison.
 
 Earlier versions ran each shape in its own process, minutes apart: the machine's speed
 drifts by several percent in that time, and one invocation's ratio ranged 0.77-0.88.
