@@ -6,8 +6,10 @@ all settings (bench_throughput for Retort, with the model of issue 12: hidden 51
 sequence 256, micro-batch 4, AdamW, fp32) and prints the best tokens/s of each, their ratio,
 MFU against the fp32 GEMM peak Retort measures with the same threads, Retort's step-time
 breakdown, and the ceiling the step's matrix products alone set (bench/products_floor.h).
+With --pairs N it then runs Retort's defaults and PyTorch at its best setting back to back N
+times (order alternating) and prints each pair's ratio and their median, for information.
 
-Usage: bench/peer/run_peer.py [--build build] [--rounds 2] [--steps 5] [--threads 2]"""
+Usage: bench/peer/run_peer.py [--build build] [--rounds 2] [--steps 5] [--threads 2] [--pairs 0]"""
 import argparse
 import json
 import os
@@ -82,6 +84,10 @@ def main():
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--pairs", type=int, default=0,
+                   help="after the rounds, this many back-to-back runs of Retort's defaults and "
+                        "PyTorch at its best setting (information; the headline stays best of "
+                        "the rounds)")
     a = p.parse_args()
     retort = [os.path.join(a.build, "bench", "bench_throughput"), str(a.steps), str(a.threads)]
     retort += MODEL_KEYS
@@ -145,6 +151,21 @@ def main():
           f"calling it exceeds {ceiling:.0f} tok/s = {ceiling / best_torch:.2f}x PyTorch at its "
           f"best; Retort reaches {defaults[1]['tokens_per_s'] / ceiling:.0%} of that ceiling, "
           f"PyTorch {best_torch / ceiling:.0%}")
+
+    # Back to back, seconds apart rather than minutes: the rounds' per-round ratios pair runs
+    # that sit minutes apart, through phases of this machine that move speeds by 10-20%.
+    if a.pairs > 0:
+        best_env = dict(SETTINGS)[torch_best_name]
+        ratios = []
+        for i in range(a.pairs):
+            if i % 2 == 0:
+                r, t = run(retort, SETTINGS[0][1]), run(torch_loop, best_env)
+            else:
+                t, r = run(torch_loop, best_env), run(retort, SETTINGS[0][1])
+            ratios.append(r["tokens_per_s"] / t["tokens_per_s"])
+        print(f"Back-to-back pairs (Retort defaults / PyTorch at '{torch_best_name}', order "
+              "alternating): " + ", ".join(f"{x:.2f}x" for x in ratios) +
+              f"; median {sorted(ratios)[len(ratios) // 2]:.2f}x")
 
 
 if __name__ == "__main__":
