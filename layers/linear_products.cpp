@@ -3,6 +3,7 @@
 
 #include <vector>
 
+#include "layers/blocked_product.h"
 #include "layers/grad_destinations.h"
 #include "layers/tile_gemm.h"
 
@@ -14,12 +15,28 @@ namespace kernels = retort::layers::kernels;
 // The tile loops take the product when the CPU runs them, the operands are fp32 on the CPU,
 // A's rows are contiguous, no autograd graph is being recorded through them (they work on raw
 // memory: LinearProduct records it instead), and the shape is one they win.
-bool use_tile(const torch::Tensor& a2d, const torch::Tensor& w) {
+bool tile_loops_can_run(const torch::Tensor& a2d, const torch::Tensor& w) {
   const bool recording =
       torch::GradMode::is_enabled() && (a2d.requires_grad() || w.requires_grad());
   return !recording && kernels::tile_gemm_available() && a2d.scalar_type() == torch::kFloat &&
          w.scalar_type() == torch::kFloat && a2d.device().is_cpu() && w.device().is_cpu() &&
-         a2d.is_contiguous() && w.dim() == 2 && tile_product_pays(a2d.size(0), a2d.size(1));
+         a2d.is_contiguous() && w.dim() == 2;
+}
+
+bool use_tile(const torch::Tensor& a2d, const torch::Tensor& w) {
+  return tile_loops_can_run(a2d, w) && tile_product_pays(a2d.size(0), a2d.size(1));
+}
+
+bool use_blocked(const torch::Tensor& a2d, const torch::Tensor& w) {
+  return tile_loops_can_run(a2d, w) && blocked_product_pays(a2d.size(0), a2d.size(1));
+}
+
+// out [m, in] = dy [m, out] W [out, in] by layers/blocked_product.h (use_blocked holds).
+void blocked_product_by(const torch::Tensor& dy2d, const torch::Tensor& w, torch::Tensor& out) {
+  const torch::Tensor w_data = w.detach();
+  blocked_product(dy2d.size(0), w.size(1), w.size(0), dy2d.data_ptr<float>(), dy2d.size(1), 1,
+                  w_data.data_ptr<float>(), w_data.stride(0), w_data.stride(1), false,
+                  out.data_ptr<float>(), out.size(1));
 }
 
 // C [m, n] = A [m, k] B, A contiguous, B element (p, c) at b[p * b_row + c * b_col]. The
@@ -58,11 +75,16 @@ std::vector<int64_t> with_last(const torch::Tensor& x, int64_t last) {
 
 }  // namespace
 
-// bench_products' rows (see the header): ahead at 1024 rows and inner dimension 512 or 1536,
-// behind at 256 rows (the LM head's chunks) and at inner dimension 3072. The bounds sit
-// between those, at 512 rows and inner dimension 2048.
+// bench_products' rows (see the header): ahead at 1024 rows and inner dimension 512 or 1536 and
+// at the LM head's 256-row chunks with inner dimension 512, behind at inner dimension 3072.
 bool tile_product_pays(int64_t rows, int64_t inner) {
-  return rows >= 512 && inner <= 2048;
+  return rows >= 256 && inner <= 2048;
+}
+
+// bench_products' "blocked" column: ahead of the BLAS on the LM head's input gradient (256
+// rows, inner dimension 32000), level with it at gate|up's (inner dimension 3072).
+bool blocked_product_pays(int64_t rows, int64_t inner) {
+  return rows >= 256 && inner >= 8192;
 }
 
 torch::Tensor product_by_transposed(const torch::Tensor& x, const torch::Tensor& w) {
@@ -76,10 +98,25 @@ torch::Tensor product_by_transposed(const torch::Tensor& x, const torch::Tensor&
 
 torch::Tensor product_by(const torch::Tensor& dy, const torch::Tensor& w) {
   const torch::Tensor dy2d = dy.reshape({-1, dy.size(-1)});
+  if (use_blocked(dy2d, w)) {
+    torch::Tensor out = torch::empty(with_last(dy, w.size(1)), dy.options());
+    torch::Tensor out2d = out.view({-1, w.size(1)});
+    blocked_product_by(dy2d.detach(), w, out2d);
+    return out;
+  }
   if (!use_tile(dy2d, w)) return torch::matmul(dy, w);
   const torch::Tensor w_data = w.detach();
   return tile_product(dy2d.detach(), w_data.data_ptr<float>(), w_data.stride(0), w_data.stride(1),
                       w.size(1), with_last(dy, w.size(1)));
+}
+
+void product_by_out(torch::Tensor& out, const torch::Tensor& dy, const torch::Tensor& w) {
+  if (out.is_contiguous() && out.dim() == 2 && dy.dim() == 2 && use_blocked(dy, w))
+    blocked_product_by(dy.detach(), w, out);
+  else if (out.is_contiguous() && out.dim() == 2 && dy.dim() == 2 && use_tile(dy, w))
+    out.copy_(product_by(dy, w));
+  else
+    torch::mm_out(out, dy, w);
 }
 
 torch::Tensor LinearProduct::forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,

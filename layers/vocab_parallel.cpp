@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "layers/cpu_kernels.h"
+#include "layers/linear_products.h"
 
 namespace retort::layers {
 namespace {
@@ -106,7 +107,8 @@ FusedHeadResult fused_head_forward(const torch::Tensor& x2d, const torch::Tensor
   for (int64_t start = 0; start < n; start += chunk) {
     const int64_t len = std::min(chunk, n - start);
     torch::Tensor xc = x2d.narrow(0, start, len), tc = t.narrow(0, start, len);
-    torch::Tensor z = torch::matmul(xc, weight.t());  // [len, local], reused in place below
+    // [len, local], reused in place below
+    torch::Tensor z = product_by_transposed(xc, weight);
     if (loops) {
       const bool want_grad = want_x || want_weight;
       torch::Tensor keep = tc.ne(kIgnore).to(z.dtype()).contiguous();
@@ -132,7 +134,7 @@ FusedHeadResult fused_head_forward(const torch::Tensor& x2d, const torch::Tensor
       if (!want_grad) continue;
       if (want_x) {  // written in place: grad_x rows are contiguous
         torch::Tensor rows = r.grad_x.narrow(0, start, len);
-        torch::mm_out(rows, z, weight);
+        product_by_out(rows, z, weight);
       }
       if (want_weight) r.grad_weight.addmm_(z.t(), xc);
       continue;

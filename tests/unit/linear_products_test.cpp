@@ -2,13 +2,17 @@
 // (layers/linear_products.h) against float64 torch: y = x W^T and dx = dy W at shapes the tile
 // loops take (rows not a multiple of their 12-row blocks, widths not a multiple of their
 // 32-column panels, a 3-D input, a weight that is a row range of a larger one) and at shapes
-// the BLAS keeps; LinearProduct's gradients for x and W, with W frozen, and with the product
-// called while autograd records (it must then fall back, not cut the graph).
+// the BLAS keeps; the blocked form (layers/blocked_product.h) across its row, inner and panel
+// block edges, in every operand layout, and dy W with the LM head's long inner dimension,
+// also written into a row range of a larger gradient; LinearProduct's gradients for x and W,
+// with W frozen, and with the product called while autograd records (it must then fall back,
+// not cut the graph).
 #include "layers/linear_products.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "layers/blocked_product.h"
 #include "layers/tile_gemm.h"
 
 namespace retort::layers {
@@ -30,10 +34,65 @@ struct Shape {
 };
 
 TEST(LinearProducts, ShapesThisFileRoutesAreTheOnesTested) {
-  EXPECT_TRUE(tile_product_pays(600, 64));      // rows >= 512, inner <= 2048: tile loops
-  EXPECT_TRUE(tile_product_pays(1024, 1536));   // the layers' down projection
-  EXPECT_FALSE(tile_product_pays(256, 512));    // the LM head's chunks: the BLAS
-  EXPECT_FALSE(tile_product_pays(1024, 3072));  // gate|up's input gradient: the BLAS
+  EXPECT_TRUE(tile_product_pays(600, 64));         // rows >= 256, inner <= 2048: tile loops
+  EXPECT_TRUE(tile_product_pays(1024, 1536));      // the layers' down projection
+  EXPECT_TRUE(tile_product_pays(256, 512));        // the LM head's chunks, forward
+  EXPECT_FALSE(tile_product_pays(100, 64));        // few rows: the BLAS
+  EXPECT_FALSE(tile_product_pays(1024, 3072));     // gate|up's input gradient: the BLAS
+  EXPECT_TRUE(blocked_product_pays(256, 32000));   // the LM head's input gradient: blocked
+  EXPECT_FALSE(blocked_product_pays(1024, 3072));  // gate|up's: the BLAS
+  EXPECT_FALSE(blocked_product_pays(100, 32000));  // few rows: the BLAS
+}
+
+// blocked_product against float64 torch: rows past one row block (and not a multiple of the
+// tile loops' 12), an inner dimension past two chunks (the last partial), columns ending in a
+// partial panel; A in place or transposed, B by rows or as X^T, written or added to a C whose
+// columns past n must stay as they were.
+TEST(LinearProducts, BlockedProductMatchesFloat64) {
+  if (!kernels::tile_gemm_available()) GTEST_SKIP() << "no AVX-512: the blocked form never runs";
+  torch::manual_seed(6);
+  const int64_t m = kBlockRows + 29, k = 2 * kBlockInner + 77;
+  for (const int64_t n : {int64_t(45), int64_t(96)})
+    for (const bool a_transposed : {false, true})
+      for (const bool b_from_x : {false, true})
+        for (const bool accumulate : {false, true}) {
+          SCOPED_TRACE(::testing::Message() << "n " << n << " A^T " << a_transposed << " B = X^T "
+                                            << b_from_x << " accumulate " << accumulate);
+          // A as stored ([m, k], or [k, m] read transposed), B as stored ([k, n] or X [n, k]).
+          const torch::Tensor a_stored =
+              torch::randn(a_transposed ? std::vector<int64_t>{k, m} : std::vector<int64_t>{m, k});
+          const torch::Tensor b_stored =
+              torch::randn(b_from_x ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n});
+          const torch::Tensor a = a_transposed ? a_stored.t() : a_stored;
+          const torch::Tensor b = b_from_x ? b_stored.t() : b_stored;
+          torch::Tensor c = torch::randn({m, n + 3});
+          const torch::Tensor before = c.clone();
+          blocked_product(m, n, k, a_stored.data_ptr<float>(), a.stride(0), a.stride(1),
+                          b_stored.data_ptr<float>(), b.stride(0), b.stride(1), accumulate,
+                          c.data_ptr<float>(), n + 3);
+          torch::Tensor expected = torch::matmul(a.to(torch::kDouble), b.to(torch::kDouble));
+          if (accumulate) expected += before.narrow(1, 0, n).to(torch::kDouble);
+          EXPECT_LT(relative_error(c.narrow(1, 0, n), expected), kTolerance);
+          EXPECT_TRUE(torch::equal(c.narrow(1, n, 3), before.narrow(1, n, 3)));
+        }
+}
+
+// dy W with an inner dimension as long as a vocabulary (the blocked form where the CPU has it),
+// returned and written into rows [5, 5 + 300) of a larger gradient, whose other rows stay.
+TEST(LinearProducts, LongInnerDimensionInputGradientMatchesFloat64) {
+  torch::manual_seed(7);
+  const int64_t rows = 300, vocab = 9000, hidden = 72;
+  const torch::Tensor dy = torch::randn({rows, vocab});
+  const torch::Tensor w = torch::randn({vocab, hidden}) * 0.02;
+  const torch::Tensor expected = torch::matmul(dy.to(torch::kDouble), w.to(torch::kDouble));
+  EXPECT_LT(relative_error(product_by(dy, w), expected), kTolerance);
+  torch::Tensor whole = torch::randn({rows + 9, hidden});
+  const torch::Tensor before = whole.clone();
+  torch::Tensor range = whole.narrow(0, 5, rows);
+  product_by_out(range, dy, w);
+  EXPECT_LT(relative_error(whole.narrow(0, 5, rows), expected), kTolerance);
+  EXPECT_TRUE(torch::equal(whole.narrow(0, 0, 5), before.narrow(0, 0, 5)));
+  EXPECT_TRUE(torch::equal(whole.narrow(0, 5 + rows, 4), before.narrow(0, 5 + rows, 4)));
 }
 
 TEST(LinearProducts, ForwardAndInputGradientMatchFloat64) {
