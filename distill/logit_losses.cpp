@@ -8,6 +8,7 @@
 
 #include "common/user_error.h"
 #include "distill/logit_kernels.h"
+#include "layers/linear_products.h"
 
 namespace retort::distill {
 namespace {
@@ -554,8 +555,10 @@ struct FusedHeadLogitDistillation : torch::autograd::Function<FusedHeadLogitDist
     for (int64_t start = 0; start < L.n; start += L.chunk) {
       const int64_t len = std::min(L.chunk, L.n - start);
       torch::Tensor xs_c = xs.narrow(0, start, len);
-      torch::Tensor sr = torch::matmul(xs_c, wsr.t());
-      torch::Tensor tr = torch::matmul(xt.narrow(0, start, len), wtr.t());
+      // Both heads' logits and the input gradient through the engine's own products where
+      // they beat the BLAS (layers/linear_products.h), as the LM-only head forms its own.
+      torch::Tensor sr = layers::product_by_transposed(xs_c, wsr);
+      torch::Tensor tr = layers::product_by_transposed(xt.narrow(0, start, len), wtr);
       torch::Tensor out;
       const bool alone = !L.group || L.group->size() == 1;
       if (alone && loops_apply(L, sr, tr) && (want_x || want_w)) {
@@ -592,7 +595,7 @@ struct FusedHeadLogitDistillation : torch::autograd::Function<FusedHeadLogitDist
       }
       if (want_x) {  // written in place: grad_x rows are contiguous
         torch::Tensor rows = grad_x.narrow(0, start, len);
-        torch::mm_out(rows, out, wsr);
+        layers::product_by_out(rows, out, wsr);
       }
       if (want_w) grad_w.narrow(0, 0, L.real).addmm_(out.t(), xs_c);
     }

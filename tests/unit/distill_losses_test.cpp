@@ -303,71 +303,82 @@ TEST(ActivationLosses, DistillerReleasesTheCapturesItsLossesUsed) {
 }
 
 // The dense losses' one-pass float loops (distill/logit_kernels.h) against float64 torch on
-// the same float inputs: a vocabulary of several of the loops' 512-value blocks and a partial
-// one, padded, on logits materialised and on both heads fused in, forward KL and soft
-// cross-entropy, with the LM cross-entropy at T = 1 and without it at T = 2. The bounds are
-// float32 round-off: relative 1e-5 on the totals, 1e-5 of the largest entry on gradients.
+// the same float inputs (n tokens, hidden h, a vocabulary padded to `padded` rows, chunks of
+// `chunk` tokens), on logits materialised or on both heads fused in. The bounds are float32
+// round-off: relative 1e-5 on the totals, 1e-5 of the largest entry on gradients.
+void expect_float_loops_match_float64(int64_t n, int64_t h, int64_t vocab, int64_t padded,
+                                      int64_t chunk, LogitLoss kind, double temperature,
+                                      bool heads) {
+  const bool with_ce = temperature == 1.0;
+  torch::Tensor xs = torch::randn({n, h}).requires_grad_(true);
+  torch::Tensor ws = (torch::randn({padded, h}) * 0.6).requires_grad_(true);
+  torch::Tensor xt = torch::randn({n, h});
+  torch::Tensor wt = torch::randn({padded, h}) * 0.6;
+  torch::Tensor targets = torch::randint(vocab, {n}, torch::kLong);
+  targets[3] = -100;
+  torch::Tensor weight = targets.ne(-100).to(torch::kFloat);
+  LogitLossOptions o;
+  o.kind = kind;
+  o.temperature = temperature;
+  o.chunk_tokens = chunk;
+  const double kd_factor = 0.6, ce_factor = with_ce ? 0.4 : 0.0;
+  torch::Tensor total;
+  if (heads) {
+    total = logit_distillation_total_from_heads({xs, ws}, {xt, wt}, weight,
+                                                with_ce ? targets : torch::Tensor(), vocab, o, {},
+                                                kd_factor, ce_factor)
+                .total;
+  } else {
+    auto [kd, ce] =
+        logit_distillation_and_lm_sums(torch::matmul(xs, ws.t()), torch::matmul(xt, wt.t()), weight,
+                                       with_ce ? targets : torch::Tensor(), vocab, o, {});
+    total = kd * kd_factor + ce * ce_factor;
+  }
+  total.backward();
+
+  torch::Tensor xs_ref = xs.detach().to(torch::kDouble).requires_grad_(true);
+  torch::Tensor ws_ref = ws.detach().to(torch::kDouble).requires_grad_(true);
+  torch::Tensor s = torch::matmul(xs_ref, ws_ref.t()).narrow(1, 0, vocab);
+  torch::Tensor t =
+      torch::matmul(xt.to(torch::kDouble), wt.to(torch::kDouble).t()).narrow(1, 0, vocab);
+  torch::Tensor log_q = torch::log_softmax(s / temperature, -1);
+  torch::Tensor log_p = torch::log_softmax(t / temperature, -1);
+  torch::Tensor per_token = kind == LogitLoss::forward_kl ? (log_p.exp() * (log_p - log_q)).sum(-1)
+                                                          : -(log_p.exp() * log_q).sum(-1);
+  torch::Tensor ref =
+      (per_token * weight.to(torch::kDouble)).sum() * temperature * temperature * kd_factor;
+  if (with_ce)
+    ref = ref +
+          F::cross_entropy(s, targets,
+                           F::CrossEntropyFuncOptions().reduction(torch::kSum).ignore_index(-100)) *
+              ce_factor;
+  ref.backward();
+  const std::string where = std::to_string(int(kind)) + " T" + std::to_string(temperature) +
+                            (heads ? " heads" : " logits");
+  EXPECT_NEAR(total.item<double>(), ref.item<double>(), 1e-5 * std::abs(ref.item<double>()))
+      << where;
+  for (auto [got, want] : {std::pair{xs.grad(), xs_ref.grad()}, {ws.grad(), ws_ref.grad()}}) {
+    const double scale = want.abs().max().item<double>();
+    EXPECT_LT((got.to(torch::kDouble) - want).abs().max().item<double>(), 1e-5 * scale) << where;
+  }
+}
+
+// A vocabulary of several of the loops' 512-value blocks and a partial one, padded, forward
+// KL and soft cross-entropy, with the LM cross-entropy at T = 1 and without it at T = 2.
 TEST(LogitLosses, FloatLoopsMatchFloat64Reference) {
   torch::manual_seed(11);
-  const int64_t n = 30, h = 24, vocab = 1300, padded = 1312;
   for (LogitLoss kind : {LogitLoss::forward_kl, LogitLoss::soft_ce})
     for (double temperature : {1.0, 2.0})
-      for (bool heads : {false, true}) {
-        const bool with_ce = temperature == 1.0;
-        torch::Tensor xs = torch::randn({n, h}).requires_grad_(true);
-        torch::Tensor ws = (torch::randn({padded, h}) * 0.6).requires_grad_(true);
-        torch::Tensor xt = torch::randn({n, h});
-        torch::Tensor wt = torch::randn({padded, h}) * 0.6;
-        torch::Tensor targets = torch::randint(vocab, {n}, torch::kLong);
-        targets[3] = -100;
-        torch::Tensor weight = targets.ne(-100).to(torch::kFloat);
-        LogitLossOptions o;
-        o.kind = kind;
-        o.temperature = temperature;
-        o.chunk_tokens = 7;
-        const double kd_factor = 0.6, ce_factor = with_ce ? 0.4 : 0.0;
-        torch::Tensor total;
-        if (heads) {
-          total = logit_distillation_total_from_heads({xs, ws}, {xt, wt}, weight,
-                                                      with_ce ? targets : torch::Tensor(), vocab, o,
-                                                      {}, kd_factor, ce_factor)
-                      .total;
-        } else {
-          auto [kd, ce] = logit_distillation_and_lm_sums(
-              torch::matmul(xs, ws.t()), torch::matmul(xt, wt.t()), weight,
-              with_ce ? targets : torch::Tensor(), vocab, o, {});
-          total = kd * kd_factor + ce * ce_factor;
-        }
-        total.backward();
+      for (bool heads : {false, true})
+        expect_float_loops_match_float64(30, 24, 1300, 1312, 7, kind, temperature, heads);
+}
 
-        torch::Tensor xs_ref = xs.detach().to(torch::kDouble).requires_grad_(true);
-        torch::Tensor ws_ref = ws.detach().to(torch::kDouble).requires_grad_(true);
-        torch::Tensor s = torch::matmul(xs_ref, ws_ref.t()).narrow(1, 0, vocab);
-        torch::Tensor t =
-            torch::matmul(xt.to(torch::kDouble), wt.to(torch::kDouble).t()).narrow(1, 0, vocab);
-        torch::Tensor log_q = torch::log_softmax(s / temperature, -1);
-        torch::Tensor log_p = torch::log_softmax(t / temperature, -1);
-        torch::Tensor per_token = kind == LogitLoss::forward_kl
-                                      ? (log_p.exp() * (log_p - log_q)).sum(-1)
-                                      : -(log_p.exp() * log_q).sum(-1);
-        torch::Tensor ref =
-            (per_token * weight.to(torch::kDouble)).sum() * temperature * temperature * kd_factor;
-        if (with_ce)
-          ref = ref + F::cross_entropy(
-                          s, targets,
-                          F::CrossEntropyFuncOptions().reduction(torch::kSum).ignore_index(-100)) *
-                          ce_factor;
-        ref.backward();
-        const std::string where = std::to_string(int(kind)) + " T" + std::to_string(temperature) +
-                                  (heads ? " heads" : " logits");
-        EXPECT_NEAR(total.item<double>(), ref.item<double>(), 1e-5 * std::abs(ref.item<double>()))
-            << where;
-        for (auto [got, want] : {std::pair{xs.grad(), xs_ref.grad()}, {ws.grad(), ws_ref.grad()}}) {
-          const double scale = want.abs().max().item<double>();
-          EXPECT_LT((got.to(torch::kDouble) - want).abs().max().item<double>(), 1e-5 * scale)
-              << where;
-        }
-      }
+// Both heads fused in at the LM head's shapes: 256-token chunks (the logits by the tile loops
+// where the CPU has them, layers/linear_products.h) and a vocabulary past 8192 (the input
+// gradient by the blocked form), then a partial chunk of 44 tokens (the BLAS).
+TEST(LogitLosses, FusedHeadsAtLmHeadShapesMatchFloat64Reference) {
+  torch::manual_seed(12);
+  expect_float_loops_match_float64(300, 40, 9000, 9024, 256, LogitLoss::forward_kl, 1.0, true);
 }
 
 // Student and teacher logits spread over hundreds, each row's largest in the vocabulary's last
