@@ -14,7 +14,8 @@
 // The last row weighs each kind by its FLOPs in one step, as the step runs them; the line
 // after it is the bound for an engine that picks the fastest way product by product, and the
 // CPU's FMA peak (independent AVX-512 FMAs, no memory) the bound for any product at all.
-// Usage: bench_products [threads=cores] [rounds=3] [tokens=1024]
+// Usage: bench_products [threads=cores] [rounds=3] [tokens=1024] [head_chunk=256]
+// (head_chunk: the LM head's chunk of tokens; distillation's default is 192)
 #include <immintrin.h>
 #include <torch/torch.h>
 
@@ -117,13 +118,14 @@ int main(int argc, char** argv) {
       int(bench::count_argument(argc, argv, 1, "threads", std::thread::hardware_concurrency()));
   const int rounds = int(bench::count_argument(argc, argv, 2, "rounds", 3));
   const int64_t tokens = bench::count_argument(argc, argv, 3, "tokens", 1024);
+  const int64_t head_chunk = bench::count_argument(argc, argv, 4, "head_chunk", 256);
   set_compute_threads(threads);
   if (!kernels::tile_gemm_available()) {
     std::printf("this CPU has no AVX-512: tile_gemm runs as plain loops, nothing to compare\n");
     return 0;
   }
   torch::NoGradGuard no_grad;
-  const int64_t layers = 8, hidden = 512, ffn = 1536, vocab = 32000, head_chunk = 256;
+  const int64_t layers = 8, hidden = 512, ffn = 1536, vocab = 32000;
   const std::vector<Shape> shapes = {
       {"q|k|v", tokens, hidden, 3 * hidden, layers},
       {"o_proj", tokens, hidden, hidden, layers},

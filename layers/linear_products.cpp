@@ -75,16 +75,19 @@ std::vector<int64_t> with_last(const torch::Tensor& x, int64_t last) {
 
 }  // namespace
 
-// bench_products' rows (see the header): ahead at 1024 rows and inner dimension 512 or 1536 and
-// at the LM head's 256-row chunks with inner dimension 512, behind at inner dimension 3072.
+// bench_products' rows (see the header; `bench_products 2 3 <tokens> <head_chunk>`): ahead at
+// 128, 256 and 1024 rows wherever A (rows x inner) is at most 1024 x 1536 floats, 6 MB, and on
+// the LM head's chunks of 64-256 rows (inner dimension 512); level or behind at 1024 rows with
+// inner dimension 3072 (gate|up's input gradient, a 12 MB A that no longer stays in cache
+// across the panels). Fewer than 64 rows were not measured and stay with the BLAS.
 bool tile_product_pays(int64_t rows, int64_t inner) {
-  return rows >= 256 && inner <= 2048;
+  return rows >= 64 && rows * inner <= 1024 * 1536;
 }
 
-// bench_products' "blocked" column: ahead of the BLAS on the LM head's input gradient (256
-// rows, inner dimension 32000), level with it at gate|up's (inner dimension 3072).
+// bench_products' "blocked" column: ahead of the BLAS on the LM head's input gradient (inner
+// dimension 32000) at 64-256 rows, level with it at gate|up's (inner dimension 3072).
 bool blocked_product_pays(int64_t rows, int64_t inner) {
-  return rows >= 256 && inner >= 8192;
+  return rows >= 64 && inner >= 8192;
 }
 
 torch::Tensor product_by_transposed(const torch::Tensor& x, const torch::Tensor& w) {

@@ -9,12 +9,12 @@
 // (1024 tokens, inner dimension 512 or 1536) that is 11% of a step's samples on a Zen 5. The
 // tile loops read the activations in place and pack only the weight, one 32-column panel at a
 // time, straight into the output: bench_products (2 Zen 5 cores, AVX-512 kernels on both sides)
-// measured them ahead on the layers' forward and input-gradient products with inner dimension
-// <= 1536 (381-421 against 307-358 GFLOP/s) and on the LM head's 256-token chunks (335-350
-// against 306-325), level or behind where the inner dimension is 3072 (gate|up's input
-// gradient), and behind on weight gradients. With the inner dimension 32000 (the LM head's
-// input gradient) the panel no longer fits the caches: there the blocked form leads (310-334
-// against 270-304). tile_product_pays() and blocked_product_pays() are that rule.
+// measured them ahead on the layers' forward and input-gradient products at 128-1024 rows
+// (373-425 against 240-339 GFLOP/s) and on the LM head's chunks of 64-256 rows (286-354 against
+// 239-325), level or behind where A is 12 MB (gate|up's input gradient at 1024 rows, inner
+// dimension 3072), and behind on weight gradients. With the inner dimension 32000 (the LM
+// head's input gradient) a panel no longer fits the caches: there the blocked form leads
+// (256-334 against 224-304). tile_product_pays() and blocked_product_pays() are that rule.
 #pragma once
 #include <torch/torch.h>
 

@@ -34,14 +34,15 @@ struct Shape {
 };
 
 TEST(LinearProducts, ShapesThisFileRoutesAreTheOnesTested) {
-  EXPECT_TRUE(tile_product_pays(600, 64));         // rows >= 256, inner <= 2048: tile loops
+  EXPECT_TRUE(tile_product_pays(600, 64));         // A at most 1024 x 1536: tile loops
   EXPECT_TRUE(tile_product_pays(1024, 1536));      // the layers' down projection
-  EXPECT_TRUE(tile_product_pays(256, 512));        // the LM head's chunks, forward
-  EXPECT_FALSE(tile_product_pays(100, 64));        // few rows: the BLAS
-  EXPECT_FALSE(tile_product_pays(1024, 3072));     // gate|up's input gradient: the BLAS
-  EXPECT_TRUE(blocked_product_pays(256, 32000));   // the LM head's input gradient: blocked
+  EXPECT_TRUE(tile_product_pays(192, 512));        // the LM head's chunks, forward
+  EXPECT_TRUE(tile_product_pays(256, 3072));       // gate|up's input gradient, 256 tokens
+  EXPECT_FALSE(tile_product_pays(32, 64));         // fewer than 64 rows: the BLAS
+  EXPECT_FALSE(tile_product_pays(1024, 3072));     // gate|up's input gradient, 1024 tokens: BLAS
+  EXPECT_TRUE(blocked_product_pays(192, 32000));   // the LM head's input gradient: blocked
   EXPECT_FALSE(blocked_product_pays(1024, 3072));  // gate|up's: the BLAS
-  EXPECT_FALSE(blocked_product_pays(100, 32000));  // few rows: the BLAS
+  EXPECT_FALSE(blocked_product_pays(32, 32000));   // fewer than 64 rows: the BLAS
 }
 
 // blocked_product against float64 torch: rows past one row block (and not a multiple of the
@@ -97,8 +98,9 @@ TEST(LinearProducts, LongInnerDimensionInputGradientMatchesFloat64) {
 
 TEST(LinearProducts, ForwardAndInputGradientMatchFloat64) {
   torch::manual_seed(3);
-  const std::vector<Shape> shapes = {
-      {{600, 64}, 100}, {{2, 300, 64}, 45}, {{517, 96}, 33}, {{1024, 200}, 64}, {{100, 64}, 70}};
+  const std::vector<Shape> shapes = {{{600, 64}, 100},  {{2, 300, 64}, 45}, {{517, 96}, 33},
+                                     {{1024, 200}, 64}, {{100, 64}, 70},    {{40, 64}, 70},
+                                     {{1100, 1500}, 20}};  // the last two: the BLAS
   for (const Shape& s : shapes) {
     SCOPED_TRACE(::testing::Message() << "x " << torch::IntArrayRef(s.x) << " out " << s.out);
     const int64_t in = s.x.back();
