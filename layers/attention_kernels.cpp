@@ -26,16 +26,19 @@ namespace {
 using retort::kernels::max_of;
 using retort::kernels::vector_exp;
 
-// CBLAS's enumerations and entry points (the BLAS libtorch loads provides them; no header).
-constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
-using SgemmFn = void (*)(int, int, int, int, int, int, float, const float*, int, const float*, int,
-                         float, float*, int);
-using DgemmFn = void (*)(int, int, int, int, int, int, double, const double*, int, const double*,
-                         int, double, double*, int);
+// The BLAS's Fortran entry points sgemm_ and dgemm_ (column-major, arguments by address),
+// looked up in the BLAS libtorch loads: every BLAS exports them, while the C interface
+// (cblas_*) is hidden in the PyPI wheel, which links MKL statically into libtorch_cpu.
+using SgemmFn = void (*)(const char*, const char*, const int*, const int*, const int*, const float*,
+                         const float*, const int*, const float*, const int*, const float*, float*,
+                         const int*);
+using DgemmFn = void (*)(const char*, const char*, const int*, const int*, const int*,
+                         const double*, const double*, const int*, const double*, const int*,
+                         const double*, double*, const int*);
 
 struct Blas {
-  SgemmFn sgemm = reinterpret_cast<SgemmFn>(dlsym(RTLD_DEFAULT, "cblas_sgemm"));
-  DgemmFn dgemm = reinterpret_cast<DgemmFn>(dlsym(RTLD_DEFAULT, "cblas_dgemm"));
+  SgemmFn sgemm = reinterpret_cast<SgemmFn>(dlsym(RTLD_DEFAULT, "sgemm_"));
+  DgemmFn dgemm = reinterpret_cast<DgemmFn>(dlsym(RTLD_DEFAULT, "dgemm_"));
 };
 
 const Blas& blas() {
@@ -43,17 +46,25 @@ const Blas& blas() {
   return functions;
 }
 
-// C[m, n] = alpha * op(A) op(B) + beta * C, row-major, leading dimensions in elements.
+// C[m, n] = alpha * op(A) op(B) + beta * C, row-major, leading dimensions in elements. A
+// row-major C is a column-major C^T = op(B)^T op(A)^T, so the Fortran call swaps A and B.
+template <typename T, typename Fn>
+void column_major_gemm(Fn fn, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha,
+                       const T* a, int64_t lda, const T* b, int64_t ldb, T beta, T* c,
+                       int64_t ldc) {
+  const char op_b = trans_b ? 'T' : 'N', op_a = trans_a ? 'T' : 'N';
+  const int rows = int(n), cols = int(m), inner = int(k);
+  const int ld_b = int(ldb), ld_a = int(lda), ld_c = int(ldc);
+  fn(&op_b, &op_a, &rows, &cols, &inner, &alpha, b, &ld_b, a, &ld_a, &beta, c, &ld_c);
+}
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  blas().sgemm(kRowMajor, trans_a ? kTrans : kNoTrans, trans_b ? kTrans : kNoTrans, int(m), int(n),
-               int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
+  column_major_gemm(blas().sgemm, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
           const double* a, int64_t lda, const double* b, int64_t ldb, double beta, double* c,
           int64_t ldc) {
-  blas().dgemm(kRowMajor, trans_a ? kTrans : kNoTrans, trans_b ? kTrans : kNoTrans, int(m), int(n),
-               int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
+  column_major_gemm(blas().dgemm, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 // The tile products: fp32 through tile_gemm where the CPU has AVX-512, with B read from

@@ -12,8 +12,8 @@
 // No torch here: the caller (layers/blocked_attention.cpp) hands the items to its threads, one
 // BLAS thread each. fp32 products run as layers/tile_gemm.h on AVX-512 CPUs (the tile's K^T,
 // V, V^T and K packed into panels once per item, Q and dO once per query block); fp64 and
-// fp32 elsewhere call the BLAS library already loaded with libtorch (cblas_sgemm,
-// cblas_dgemm), looked up at run time. Key tiles lie on a grid of key_tile keys; a block's
+// fp32 elsewhere call the BLAS library already loaded with libtorch (sgemm_,
+// dgemm_), looked up at run time. Key tiles lie on a grid of key_tile keys; a block's
 // first visible key is rounded down to a 32-key boundary (keys before a window's start get
 // probability 0), so a tile's K^T is whole panels when key_tile is a multiple of 32.
 #pragma once
@@ -40,7 +40,7 @@ struct AttentionShape {
   double scale;  // 1 / sqrt(d)
 };
 
-// Whether the BLAS library offers cblas_sgemm and cblas_dgemm in this process.
+// Whether the BLAS library offers sgemm_ and dgemm_ in this process.
 bool attention_blas_available();
 
 // The work of one call is cut into items, one per (batch, head, key tile) in forward and per

@@ -7,7 +7,6 @@
 #include <cmath>
 #include <limits>
 
-#include "common/process_setup.h"
 #include "common/trace_span.h"
 #include "layers/attention_kernels.h"
 #include "layers/functional.h"
@@ -74,7 +73,7 @@ torch::Tensor rows_of(const torch::Tensor& t, const Shape& sh, int64_t q0, int64
 }
 
 // The fused CPU kernels (attention_kernels.h) take float or double rows of d contiguous
-// values and need the BLAS library's cblas_?gemm.
+// values and need the BLAS library's ?gemm_.
 bool fused_kernels_apply(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
   const auto dtype = q.scalar_type();
   return q.device().is_cpu() && (dtype == torch::kFloat || dtype == torch::kDouble) &&
@@ -97,8 +96,8 @@ kernels::HeadRows<T> head_rows(const torch::Tensor& t) {
 }
 
 // task(i, workspace) for i in [0, n) on torch's threads, each with a workspace of its own (a
-// tensor, so the memory accounting sees it) and the BLAS library's products on the calling
-// thread: its own pool would compete with torch's for the same cores. The items are handed
+// tensor, so the memory accounting sees it). The BLAS's products run on the calling thread:
+// MKL, called inside an OpenMP parallel region, runs single-threaded. The items are handed
 // out one at a time in index order, not in fixed shares: the two cores of a cloud machine
 // often run at speeds 5-15% apart, and with a fixed share of heads the faster thread waited
 // for the slower at the end of each call.
@@ -107,14 +106,11 @@ void run_items(int64_t n, int64_t workspace_elements, const torch::TensorOptions
                const Task& task) {
   const int threads = at::get_num_threads();
   torch::Tensor workspace = torch::empty({threads, workspace_elements}, options);
-  const int blas = blas_threads();
-  if (blas > 1) set_blas_threads(1);
   std::atomic<int64_t> next{0};
   at::parallel_for(0, threads, 1, [&](int64_t, int64_t) {
     T* mine = workspace.data_ptr<T>() + at::get_thread_num() * workspace_elements;
     for (int64_t i = next++; i < n; i = next++) task(i, mine);
   });
-  if (blas > 1) set_blas_threads(blas);
 }
 
 // The items' shared state (kernels::attention_*_state elements per unit) and their query

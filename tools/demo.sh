@@ -20,4 +20,4 @@ mpirun --oversubscribe -np 2 "$build"/tools/engine_generate runs/teacher \
   --prompt "Fellow-Citizens of the Senate and House of Representatives: " --max-tokens 400 \
   --temperature 0.5 --context 128
 mpirun --oversubscribe -np 8 "$build"/tools/engine_train configs/distill.yaml "$@"
-/usr/bin/python3 tools/plot_metrics.py runs/teacher runs/distill runs/distill/curves.png
+tools/python tools/plot_metrics.py runs/teacher runs/distill runs/distill/curves.png

@@ -15,6 +15,7 @@
 #include "engine/config/config.h"
 #include "engine/config/config_schema.h"
 #include "engine/config/train_config.h"
+#include "engine/observe/build_info.h"
 #include "engine/observe/console_log.h"
 #include "engine/observe/memory_tracker.h"
 #include "engine/observe/run_summary.h"
@@ -52,6 +53,9 @@ void run_agreed(Phase phase, int rank) {
 int train(int argc, char** argv, const parallel::MpiRuntime& mpi) {
   po::options_description visible("Usage: engine_train CONFIG.yaml [key=value ...] [options]");
   visible.add_options()("help,h", "print this help and exit")(
+      "version",
+      "print Retort's commit, the libtorch version, whether CUDA and NCCL are "
+      "compiled in, and the BLAS in use, then exit")(
       "dry-run",
       "print the resolved config, parameter count, FLOPs per token and a memory "
       "estimate per rank, then exit");
@@ -63,6 +67,10 @@ int train(int argc, char** argv, const parallel::MpiRuntime& mpi) {
       std::cout << visible << "\nEvery config key can be overridden as dotted.key=value, e.g.\n"
                 << "  engine_train configs/tiny.yaml training.steps=50 optimizer.lr=1e-3\n\nKeys:\n"
                 << engine::keys_help();
+    return 0;
+  }
+  if (vm.count("version")) {
+    if (root) std::cout << engine::version_text();
     return 0;
   }
   if (line.config.empty())
@@ -88,6 +96,7 @@ int train(int argc, char** argv, const parallel::MpiRuntime& mpi) {
     std::cout << "retort: " << mpi.world_size() << " rank(s), " << threads
               << " intra-op thread(s) per rank (" << mpi.local_size() << " on host " << mpi.host()
               << "); " << process_summary() << "\n"
+              << "retort: " << engine::build_summary() << "\n"
               << engine::run_summary(train_config) << std::flush;
   parallel::Mesh mesh(train_config.layout);
   std::unique_ptr<engine::Trainer> trainer;

@@ -75,6 +75,17 @@ layers::ModelConfig read_hf_config(const std::string& dir) {
   if (act != "silu") throw UserError("'" + source + "': hidden_act '" + act + "' (only silu)");
   if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
     throw UserError("'" + source + "': rope_scaling is not supported (plain RoPE only)");
+  // transformers 5 writes RoPE's settings as rope_parameters {rope_type, rope_theta}; earlier
+  // versions wrote rope_theta at the top level.
+  const nlohmann::json* rope = nullptr;
+  if (j.contains("rope_parameters") && !j["rope_parameters"].is_null()) {
+    rope = &j["rope_parameters"];
+    if (!rope->is_object()) throw UserError("'" + source + "': rope_parameters is not an object");
+    const std::string rope_type = get_or<std::string>(*rope, "rope_type", "default", source);
+    if (rope_type != "default")
+      throw UserError("'" + source + "': rope_parameters.rope_type '" + rope_type +
+                      "' is not supported (plain RoPE only)");
+  }
   if (get_or<bool>(j, "mlp_bias", false, source))
     throw UserError("'" + source + "': mlp_bias is not supported");
   layers::ModelConfig c;
@@ -85,6 +96,8 @@ layers::ModelConfig read_hf_config(const std::string& dir) {
   c.kv_heads = get_or<int64_t>(j, "num_key_value_heads", c.heads, source);
   c.ffn_hidden = get_key<int64_t>(j, "intermediate_size", source);
   c.rope_theta = get_or<double>(j, "rope_theta", 10000.0, source);
+  if (rope && rope->contains("rope_theta"))
+    c.rope_theta = get_key<double>(*rope, "rope_theta", source);
   c.norm_eps = get_or<double>(j, "rms_norm_eps", 1e-6, source);
   c.tied_embeddings = get_or<bool>(j, "tie_word_embeddings", false, source);
   if (c.heads <= 0 || c.hidden % c.heads != 0)
@@ -124,11 +137,13 @@ std::string hf_config_json(const layers::ModelConfig& c) {
   j["num_attention_heads"] = c.heads;
   j["num_key_value_heads"] = c.kv_heads;
   j["intermediate_size"] = c.ffn_hidden;
-  j["rope_theta"] = c.rope_theta;
+  j["rope_theta"] = c.rope_theta;  // read by transformers 4
+  j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", c.rope_theta}};  // and 5
   j["rms_norm_eps"] = c.norm_eps;
   j["tie_word_embeddings"] = c.tied_embeddings;
   j["hidden_act"] = "silu";
-  j["torch_dtype"] = "float32";
+  j["torch_dtype"] = "float32";  // transformers 4's name
+  j["dtype"] = "float32";        // transformers 5's
   if (type == "llama") j["attention_bias"] = false;
   if (type == "mistral") j["sliding_window"] = c.sliding_window;
   return j.dump(2) + "\n";

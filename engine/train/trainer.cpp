@@ -56,8 +56,8 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
     throw UserError(torch::cuda::is_available()
                         ? "runtime.device=cuda: placing the model on the GPU is not built yet; "
                           "use runtime.device=cpu"
-                        : "runtime.device=cuda: this libtorch has no CUDA support (CPU-only "
-                          "build) or no GPU is visible; use runtime.device=cpu");
+                        : "runtime.device=cuda: no GPU is visible to this process (engine_train "
+                          "--version says what is compiled in); use runtime.device=cpu");
   const parallel::Layout& layout = config_.layout;
   if (own_mesh_ && layout.tensor * layout.pipeline * layout.data != 1)
     throw UserError("layout " + parallel::describe(layout) + " needs MPI ranks");

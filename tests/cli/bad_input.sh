@@ -65,7 +65,7 @@ expect "override with wrong type" "training.steps expects an integer, got 'ten'"
 expect "unknown flag" "unrecognised option '--fast'" -- "$train" "$configs/tiny.yaml" --fast
 expect "invalid layout" "world size 1 is not divisible by tensor x pipeline = 3 x 1" -- \
   "$train" "$configs/tiny.yaml" "${base[@]}" parallel.tensor=3
-expect "cuda on a CPU-only build" "runtime.device=cuda: this libtorch has no CUDA support" -- \
+expect "cuda on a machine without a GPU" "runtime.device=cuda: no GPU is visible to this process" -- \
   "$train" "$configs/tiny.yaml" "${base[@]}" runtime.device=cuda
 expect "pipeline split" "parallel.pipeline_split sums to 3 layers but model.layers=2" -- \
   mpirun -q --oversubscribe -np 2 "$train" "$configs/tiny.yaml" "${base[@]}" parallel.pipeline=2 \

@@ -6,6 +6,7 @@
 # with a non-zero exit code.
 # Usage: preemption.sh ENGINE_TRAIN CORPUS_PREFIX CONFIGS_DIR
 set -euo pipefail
+python="$(cd "$(dirname "$0")/../.." && pwd)/tools/python"  # .venv's, tools/setup.sh
 train=$1 corpus=$2 configs=$3
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -66,7 +67,7 @@ launch preempted
 wait $job || { cat "$work/preempted.log"; exit 1; }
 grep "resumed from" "$work/preempted.log"
 
-/usr/bin/python3 - "$work" "$steps" <<'PY'
+"$python" - "$work" "$steps" <<'PY'
 import json, sys
 work, steps = sys.argv[1], int(sys.argv[2])
 def records(name):

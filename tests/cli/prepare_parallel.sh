@@ -5,11 +5,12 @@
 # with the file and line named, exit code 2, and no part files left behind.
 # Usage: prepare_parallel.sh ENGINE_PREPARE_DATA CORPUS_DIR
 set -euo pipefail
+python="$(cd "$(dirname "$0")/../.." && pwd)/tools/python"  # .venv's, tools/setup.sh
 prepare="$1"
 corpus="$2"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-/usr/bin/python3 - "$corpus" "$work/lines.jsonl" <<'PY'
+"$python" - "$corpus" "$work/lines.jsonl" <<'PY'
 import json, os, sys
 corpus, out = sys.argv[1], sys.argv[2]
 with open(out, "w") as f:
@@ -24,11 +25,11 @@ PY
 cmp "$work/one.bin" "$work/three.bin"
 cmp "$work/one.idx" "$work/three.idx"
 grep -q "prepare: 100.0%" "$work/progress.txt"
-documents=$(/usr/bin/python3 -c "import sys; print(sum(1 for _ in open(sys.argv[1])))" "$work/lines.jsonl")
+documents=$("$python" -c "import sys; print(sum(1 for _ in open(sys.argv[1])))" "$work/lines.jsonl")
 echo "workers 1 and 3 agree on $documents JSONL documents and the .txt corpus"
 
 # A malformed line half way: named, exit 2, nothing left.
-/usr/bin/python3 - "$work/lines.jsonl" "$work/bad.jsonl" <<'PY'
+"$python" - "$work/lines.jsonl" "$work/bad.jsonl" <<'PY'
 import sys
 lines = open(sys.argv[1]).readlines()
 lines[len(lines) // 2] = '{"text": 5}\n'

@@ -5,6 +5,7 @@
 # communication waits named by operation and group, and torch's ops, each inside a step.
 # Usage: profile_trace.sh ENGINE_TRAIN CORPUS_PREFIX CONFIGS_DIR
 set -euo pipefail
+python="$(cd "$(dirname "$0")/../.." && pwd)/tools/python"  # .venv's, tools/setup.sh
 train=$1 corpus=$2 configs=$3
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -14,7 +15,7 @@ mpirun --oversubscribe -np 2 "$train" "$configs/tiny.yaml" data.paths="[$corpus]
   runtime.threads=1 checkpoint.save_at_end=false parallel.tensor=2 \
   "logging.profile_steps=[2,3]" run.dir="$work/run" >"$work/log" 2>&1 || { cat "$work/log"; exit 1; }
 grep "Chrome trace" "$work/log"
-/usr/bin/python3 - "$work/run/trace/trace.json" <<'PY'
+"$python" - "$work/run/trace/trace.json" <<'PY'
 import json, sys
 events = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e["ph"] == "X"]
 ok = True

@@ -5,6 +5,7 @@
 # control characters, also under mpirun.
 # Usage: progress_line.sh ENGINE_TRAIN CORPUS_PREFIX CONFIGS_DIR
 set -euo pipefail
+python="$(cd "$(dirname "$0")/../.." && pwd)/tools/python"  # .venv's, tools/setup.sh
 train=$1 corpus=$2 configs=$3
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -16,7 +17,7 @@ script -qec "$(printf '%q ' "$train" "${args[@]}" run.dir="$work/tty")" "$work/t
 "$train" "${args[@]}" run.dir="$work/file" >"$work/file.out" 2>&1
 # Under mpirun a rank's stdout is mpirun's pseudo-terminal, whatever mpirun writes to.
 mpirun --oversubscribe -np 2 "$train" "${args[@]}" run.dir="$work/mpi" >"$work/mpi.out" 2>&1
-/usr/bin/python3 - "$work" <<'PY'
+"$python" - "$work" <<'PY'
 import re, sys
 work = sys.argv[1]
 tty = open(f"{work}/tty.out", "rb").read().decode()

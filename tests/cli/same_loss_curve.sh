@@ -8,6 +8,7 @@
 # one process against TP2 x PP2 with sequence parallel, each loss term compared as well.
 # Usage: same_loss_curve.sh ENGINE_TRAIN CORPUS_PREFIX CONFIGS_DIR
 set -euo pipefail
+python="$(cd "$(dirname "$0")/../.." && pwd)/tools/python"  # .venv's, tools/setup.sh
 train=$1 corpus=$2 configs=$3
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -28,7 +29,7 @@ distill=(model.vocab_size=300 teacher.seed=99 teacher.hidden=192 teacher.ffn_hid
          distill.activation_weight=0.1 "distill.activation_pairs=[layers.1.mixer_output=layers.1.mixer_output]")
 run distill_one 1 "${distill[@]}"
 run distill_stp2pp2 4 "${distill[@]}" parallel.tensor=2 parallel.pipeline=2 parallel.sequence_parallel=true
-/usr/bin/python3 - "$work" <<'PY'
+"$python" - "$work" <<'PY'
 import json, sys
 work = sys.argv[1]
 def records(name):

@@ -6,6 +6,7 @@
 # and another seed does not.
 # Usage: same_seed_same_metrics.sh ENGINE_TRAIN CORPUS_PREFIX CONFIGS_DIR
 set -euo pipefail
+python="$(cd "$(dirname "$0")/../.." && pwd)/tools/python"  # .venv's, tools/setup.sh
 train=$1 corpus=$2 configs=$3
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -26,7 +27,7 @@ run() {  # run NAME OVERRIDES...
 run first seed=7
 run second seed=7
 run other seed=8
-/usr/bin/python3 - "$work" <<'PY'
+"$python" - "$work" <<'PY'
 import json, sys
 work = sys.argv[1]
 # Timing, and what the kernel reports of the process (where it placed huge pages varies).

@@ -6,6 +6,7 @@
 # one PNG.
 # Usage: tensorboard_and_plot.sh ENGINE_TRAIN CORPUS_PREFIX CONFIGS_DIR PLOT_SCRIPT
 set -euo pipefail
+python="$(cd "$(dirname "$0")/../.." && pwd)/tools/python"  # .venv's, tools/setup.sh
 train=$1 corpus=$2 configs=$3 plot=$4
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
@@ -20,9 +21,9 @@ common=(data.paths="[$corpus]" model.layers=2 model.hidden=64 model.ffn_hidden=1
   teacher.hidden=96 distill.lm_weight=0.5 distill.logit_weight=1 distill.activation_weight=0.1 \
   "distill.activation_pairs=[layers.1.mixer_output=layers.1.mixer_output]" \
   >"$work/distill.log" 2>&1 || { cat "$work/distill.log"; exit 1; }
-/usr/bin/python3 "$here/read_tensorboard.py" "$work/lm_only"
-/usr/bin/python3 "$here/read_tensorboard.py" "$work/distilled"
-/usr/bin/python3 "$plot" "$work/lm_only" "$work/distilled" "$work/curves.png"
+"$python" "$here/read_tensorboard.py" "$work/lm_only"
+"$python" "$here/read_tensorboard.py" "$work/distilled"
+"$python" "$plot" "$work/lm_only" "$work/distilled" "$work/curves.png"
 head -c 8 "$work/curves.png" | od -An -tx1 | grep -q "89 50 4e 47 0d 0a 1a 0a" ||
   { echo "FAIL: curves.png is not a PNG"; exit 1; }
 echo "curves.png: $(stat -c %s "$work/curves.png") bytes"

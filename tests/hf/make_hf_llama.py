@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 """tests/hf/make_hf_llama.py: an independent reference for Retort's Hugging Face import.
 
 Writes a tiny random Llama-family model in Hugging Face layout (config.json and safetensors,

@@ -1,22 +1,27 @@
-#!/usr/bin/python3
 """tests/tokenizers/compare_bpe.py: Retort's byte-level BPE (engine_prepare_data --tokenizer)
-against Hugging Face's JavaScript tokenizers (encode_hf.mjs under Node) on every file of the
-shipped corpus and on an adversarial file written here: whitespace runs (spaces, tabs,
+against Hugging Face's own tokenizers library (the Rust one, PyPI's `tokenizers`, pinned in
+tools/requirements.txt; run with tools/python) on every file of the shipped corpus and on an
+adversarial file written here: whitespace runs (spaces, tabs,
 newlines, CR, no-break and ideographic spaces), digit runs, emoji (with ZWJ sequences and
 skin tones), contractions in both cases, accented and non-Latin scripts, special-token
 strings in and around words, and invalid UTF-8 (a lone continuation byte, a truncated
 sequence, an overlong form, a surrogate, bytes F5..FF). Each file is prepared alone, so its
-.bin holds exactly its ids, then the tokenizer's EOS; the .bin is read here as raw int32.
+.bin holds exactly its ids, then the tokenizer's EOS; the .bin is read here as raw int32. The
+reference reads each file as UTF-8 with every invalid sequence replaced by U+FFFD (Python's
+decoder replaces maximal subparts, as the Unicode standard recommends) and encodes it with
+the tokenizer's own post-processor (Llama 3's adds <|begin_of_text|>).
 
 With --nfc, both run a copy of the tokenizer with Qwen2's NFC normalizer added (the
 adversarial file holds decomposed letters and Hangul jamo, which NFC composes).
 
-Usage: compare_bpe.py ENGINE_PREPARE_DATA NODE_MODULES TOKENIZER_DIR CORPUS_DIR WORK_DIR [--nfc]"""
+Usage: compare_bpe.py ENGINE_PREPARE_DATA TOKENIZER_DIR CORPUS_DIR WORK_DIR [--nfc]"""
 import json
 import os
 import shutil
 import subprocess
 import sys
+
+from tokenizers import Tokenizer
 
 ADVERSARIAL = (
     "Hello  world\t\ttabs\n\n\n  leading and trailing   \r\n"
@@ -39,9 +44,9 @@ ADVERSARIAL = (
 
 
 def main():
-    prepare, modules, tokenizer, corpus, work = sys.argv[1:6]
+    prepare, tokenizer, corpus, work = sys.argv[1:5]
     os.makedirs(work, exist_ok=True)
-    if "--nfc" in sys.argv[6:]:
+    if "--nfc" in sys.argv[5:]:
         nfc_dir = os.path.join(work, "tokenizer_nfc")
         os.makedirs(nfc_dir, exist_ok=True)
         with open(os.path.join(tokenizer, "tokenizer.json")) as f:
@@ -56,10 +61,11 @@ def main():
         f.write(ADVERSARIAL)
     files = sorted(os.path.join(corpus, n) for n in os.listdir(corpus) if n.endswith(".txt"))
     files.append(adversarial)
-    here = os.path.dirname(os.path.abspath(__file__))
-    reference = json.loads(subprocess.run(
-        ["node", os.path.join(here, "encode_hf.mjs"), modules, tokenizer] + files,
-        check=True, capture_output=True).stdout)
+    reference_tokenizer = Tokenizer.from_file(os.path.join(tokenizer, "tokenizer.json"))
+    reference = {}
+    for path in files:
+        with open(path, encoding="utf-8", errors="replace", newline="") as f:  # keep \r\n
+            reference[path] = reference_tokenizer.encode(f.read()).ids
     eos = None
     with open(os.path.join(tokenizer, "tokenizer_config.json")) as f:
         eos_name = json.load(f)["eos_token"]

@@ -1,10 +1,10 @@
-#!/usr/bin/python3
 """tests/tokenizers/compare_sentencepiece.py: Retort's SentencePiece path (engine_prepare_data
---tokenizer X.model, through libsentencepiece) against Debian's python3-sentencepiece, on the
-shipped corpus and the adversarial file of compare_bpe.py. The model is trained here, from
-the corpus, as Llama 2's is configured (BPE, byte fallback, digits split, no normalisation),
-with Debian's SentencePiece trainer: nothing is downloaded. Python reads each file as UTF-8
-with invalid bytes replaced (U+FFFD), then BOS + ids + EOS is what the .bin must hold.
+--tokenizer X.model, through Debian's libsentencepiece) against PyPI's sentencepiece package
+(tools/requirements.txt), on the shipped corpus and the adversarial file of compare_bpe.py.
+The model is trained here, from the corpus, as Llama 2's is configured (BPE, byte fallback,
+digits split, no normalisation), with that package's trainer: nothing is downloaded. Python
+reads each file as UTF-8 with invalid bytes replaced (U+FFFD), then BOS + ids + EOS is what
+the .bin must hold.
 
 Usage: compare_sentencepiece.py ENGINE_PREPARE_DATA CORPUS_DIR WORK_DIR"""
 import os

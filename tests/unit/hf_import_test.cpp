@@ -1,10 +1,14 @@
-// tests/unit/hf_import_test.cpp: Hugging Face models in and out against an independent
-// reference. tests/hf/make_hf_llama.py (python3 with torch, Debian's) writes a tiny random
-// Llama-family model with its own safetensors writer (json + struct) and the logits of its own
-// plain-torch Hugging Face Llama forward; Retort imports the directory and must produce the
-// same logits (fp32, relative 1e-5) for GQA with a tied head, an untied head across three
-// shard files, Qwen2's qkv bias, Mistral's sliding window and bf16 weights. Export then import
-// gives byte-identical tensors.
+// tests/unit/hf_import_test.cpp: Hugging Face models in and out against independent
+// references, both run by tools/setup.sh's Python (RETORT_PYTHON):
+//  - tests/hf/make_hf_transformers.py: transformers' own LlamaForCausalLM (GQA, tied and
+//    untied head), MistralForCausalLM (sliding window) and Qwen2ForCausalLM (qkv bias), with
+//    random weights, written by save_pretrained, and their own forward's logits. Retort's
+//    import must give the same logits (fp32, relative 1e-5); Retort's export must load back
+//    into transformers (from_pretrained, through the safetensors library) and give them too.
+//  - tests/hf/make_hf_llama.py: a tiny random model written with its own safetensors writer
+//    (json + struct) and the logits of its own plain-torch forward, for what transformers does
+//    not write here: an untied head across three shard files and bf16 weights. Export then
+//    import gives byte-identical tensors.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -32,9 +36,26 @@ std::string make_reference(const std::string& variant) {
   const fs::path dir = test_dir() / variant;
   fs::remove_all(dir);
   const std::string command =
-      std::string("/usr/bin/python3 ") + RETORT_HF_SCRIPT + " " + dir.string() + " " + variant;
+      std::string(RETORT_PYTHON) + " " + RETORT_HF_SCRIPT + " " + dir.string() + " " + variant;
   EXPECT_EQ(std::system(command.c_str()), 0) << command;
   return dir.string();
+}
+
+// transformers' own model of a variant, written by save_pretrained, with its logits.
+std::string make_transformers_reference(const std::string& variant) {
+  const fs::path dir = test_dir() / ("transformers_" + variant);
+  fs::remove_all(dir);
+  const std::string command = std::string(RETORT_PYTHON) + " " + RETORT_HF_TRANSFORMERS_SCRIPT +
+                              " make " + dir.string() + " " + variant;
+  EXPECT_EQ(std::system(command.c_str()), 0) << command;
+  return dir.string();
+}
+
+// Whether transformers loads `exported` and gives the logits of the reference in `reference`.
+bool transformers_matches(const std::string& exported, const std::string& reference) {
+  const std::string command = std::string(RETORT_PYTHON) + " " + RETORT_HF_TRANSFORMERS_SCRIPT +
+                              " check " + exported + " " + reference;
+  return std::system(command.c_str()) == 0;
 }
 
 torch::Tensor reference_tensor(const std::string& dir, const std::string& name,
@@ -47,25 +68,54 @@ torch::Tensor reference_tensor(const std::string& dir, const std::string& name,
   return out;
 }
 
+const char* kTransformersVariants[] = {"llama_gqa_tied", "llama_gqa_untied", "mistral_window",
+                                       "qwen2_bias"};
+
+// Retort's forward of the model in `dir` on its reference tokens, against the reference logits.
+void expect_logits_match(const std::string& dir, const std::string& what) {
+  const layers::ModelConfig config = hf::read_hf_config(dir);
+  layers::ParameterStore store(0, torch::kFloat);
+  layers::LlamaModel model(config, store);
+  hf::load_hf_parameters(dir, config, store, {});
+  torch::Tensor tokens = reference_tensor(dir, "tokens", torch::kLong);
+  torch::Tensor want = reference_tensor(dir, "logits", torch::kFloat);
+  torch::NoGradGuard no_grad;
+  torch::Tensor got = model.forward(tokens).narrow(-1, 0, config.vocab_size);
+  const double scale = want.abs().max().item<double>();
+  EXPECT_LT((got - want).abs().max().item<double>(), 1e-5 * scale) << what;
+}
+
 const char* kVariants[] = {"llama_gqa_tied", "llama_untied_sharded", "qwen2_bias", "mistral_window",
                            "llama_bf16"};
 
 }  // namespace
 
-TEST(HfImport, LogitsMatchAnIndependentTorchForward) {
-  for (const char* variant : kVariants) {
-    const std::string dir = make_reference(variant);
-    const layers::ModelConfig config = hf::read_hf_config(dir);
-    layers::ParameterStore store(0, torch::kFloat);
-    layers::LlamaModel model(config, store);
-    hf::load_hf_parameters(dir, config, store, {});
-    torch::Tensor tokens = reference_tensor(dir, "tokens", torch::kLong);
-    torch::Tensor want = reference_tensor(dir, "logits", torch::kFloat);
-    torch::NoGradGuard no_grad;
-    torch::Tensor got = model.forward(tokens).narrow(-1, 0, config.vocab_size);
-    const double scale = want.abs().max().item<double>();
-    EXPECT_LT((got - want).abs().max().item<double>(), 1e-5 * scale) << variant;
+TEST(HfImport, LogitsMatchTransformersForward) {
+  for (const char* variant : kTransformersVariants) {
+    const std::string dir = make_transformers_reference(variant);
+    EXPECT_EQ(hf::read_hf_config(dir).rope_theta, 5000.0) << variant;  // not the default
+    expect_logits_match(dir, variant);
   }
+}
+
+// Retort's export, sharded, read back by transformers itself: its logits are the reference's.
+TEST(HfExport, TransformersLoadsTheExportAndGivesItsOwnLogits) {
+  for (const char* variant : kTransformersVariants) {
+    const std::string dir = make_transformers_reference(variant);
+    const fs::path work = test_dir() / (std::string(variant) + "_out");
+    fs::remove_all(work);
+    fs::create_directories(work);
+    hf::import_hf(dir, (work / "imported").string());
+    hf::ExportOptions options;
+    options.dtype = hf::StDtype::F32;
+    options.shard_bytes = 20000;  // several shards, with an index
+    hf::export_hf((work / "imported").string(), (work / "exported").string(), options);
+    EXPECT_TRUE(transformers_matches((work / "exported").string(), dir)) << variant;
+  }
+}
+
+TEST(HfImport, LogitsMatchAnIndependentTorchForward) {
+  for (const char* variant : kVariants) expect_logits_match(make_reference(variant), variant);
 }
 
 // What the reference checks, seen failing: the window and the bias change the logits, so a

@@ -1,0 +1,91 @@
+"""tests/hf/make_hf_transformers.py: Hugging Face's own models as the reference for Retort's
+import and export (run with tools/python: transformers, safetensors and torch from PyPI,
+pinned in tools/requirements.txt).
+
+  make  OUT_DIR VARIANT   builds LlamaForCausalLM, MistralForCausalLM or Qwen2ForCausalLM
+                          from a config with random weights, writes it with save_pretrained
+                          (config.json and safetensors, as a user's checkpoint is), and writes
+                          reference.safetensors: a batch of tokens (I64) and transformers' own
+                          fp32 forward logits for them (F32).
+  check DIR REFERENCE_DIR loads DIR (a Retort export) with from_pretrained, whose weights
+                          the safetensors library reads, runs the same tokens and exits 1
+                          unless its logits match the reference within 1e-5 of their largest
+                          magnitude.
+
+VARIANT: llama_gqa_tied | llama_gqa_untied | mistral_window | qwen2_bias"""
+import os
+import sys
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is fetched: every model is built here
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+import torch
+import transformers
+from safetensors.torch import load_file, save_file
+
+HIDDEN, LAYERS, FFN, VOCAB, SEQ, BATCH = 32, 2, 48, 101, 12, 2
+THETA, EPS = 5000.0, 1e-5
+# heads, kv heads, tied head, sliding window, class
+VARIANTS = {
+    "llama_gqa_tied": (4, 2, True, None, "Llama"),
+    "llama_gqa_untied": (4, 2, False, None, "Llama"),
+    "mistral_window": (4, 1, False, 5, "Mistral"),
+    "qwen2_bias": (4, 2, False, None, "Qwen2"),  # Qwen2's q, k and v projections carry a bias
+}
+
+
+def build(variant):
+    heads, kv, tied, window, family = VARIANTS[variant]
+    config_class = getattr(transformers, family + "Config")
+    model_class = getattr(transformers, family + "ForCausalLM")
+    kwargs = dict(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN,
+                  num_hidden_layers=LAYERS, num_attention_heads=heads, num_key_value_heads=kv,
+                  rms_norm_eps=EPS, tie_word_embeddings=tied, hidden_act="silu",
+                  max_position_embeddings=64, rope_theta=THETA)
+    if window:
+        kwargs["sliding_window"] = window
+    config = config_class(**kwargs)
+    config._attn_implementation = "eager"  # the plain softmax(QK^T)V, masks as the model builds them
+    torch.manual_seed(sum(map(ord, variant)))
+    model = model_class(config).float().eval()
+    with torch.no_grad():  # random weights far from the initialiser's near-identity norms
+        for name, p in model.named_parameters():
+            p.copy_(1.0 + 0.1 * torch.randn_like(p) if name.endswith("norm.weight")
+                    else 0.2 * torch.randn_like(p))
+    return model
+
+
+def logits_of(model, tokens):
+    with torch.no_grad():
+        return model(input_ids=tokens).logits.float()
+
+
+def make(out, variant):
+    model = build(variant)
+    os.makedirs(out, exist_ok=True)
+    model.save_pretrained(out, safe_serialization=True)
+    generator = torch.Generator().manual_seed(7)
+    tokens = torch.randint(VOCAB, (BATCH, SEQ), generator=generator)
+    save_file({"tokens": tokens, "logits": logits_of(model, tokens).contiguous()},
+              os.path.join(out, "reference.safetensors"))
+
+
+def check(exported, reference_dir):
+    reference = load_file(os.path.join(reference_dir, "reference.safetensors"))
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        exported, dtype=torch.float32, attn_implementation="eager").eval()
+    got = logits_of(model, reference["tokens"])
+    want = reference["logits"]
+    error = (got - want).abs().max().item()
+    scale = want.abs().max().item()
+    print(f"{exported}: {type(model).__name__}, largest logit error {error:.3g} of {scale:.3g}")
+    return 0 if error <= 1e-5 * scale else 1
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "make":
+        make(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) == 4 and sys.argv[1] == "check":
+        sys.exit(check(sys.argv[2], sys.argv[3]))
+    else:
+        sys.exit(__doc__)
