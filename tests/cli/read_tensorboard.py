@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """tests/cli/read_tensorboard.py RUN_DIR: reads the TensorBoard event files of a run with
 code of its own (TFRecord framing, masked CRC-32C computed bit by bit here, the protobuf wire
 format decoded by hand) and checks that every scalar of every metrics.jsonl line is in an

@@ -2,8 +2,8 @@
 # tests/cli/tensorboard_and_plot.sh: two runs of engine_train (LM only, and distilling with
 # logit and activation losses and evaluation) each write a TensorBoard event file whose
 # every record passes its CRCs and which holds every scalar of metrics.jsonl
-# (read_tensorboard.py, an independent reader); tools/plot_metrics.py draws both runs into
-# one PNG.
+# (read_tensorboard.py, an independent reader, and TensorBoard's own reader,
+# read_tensorboard_official.py); tools/plot_metrics.py draws both runs into one PNG.
 # Usage: tensorboard_and_plot.sh ENGINE_TRAIN CORPUS_PREFIX CONFIGS_DIR PLOT_SCRIPT
 set -euo pipefail
 python="$(cd "$(dirname "$0")/../.." && pwd)/tools/python"  # .venv's, tools/setup.sh
@@ -23,6 +23,8 @@ common=(data.paths="[$corpus]" model.layers=2 model.hidden=64 model.ffn_hidden=1
   >"$work/distill.log" 2>&1 || { cat "$work/distill.log"; exit 1; }
 "$python" "$here/read_tensorboard.py" "$work/lm_only"
 "$python" "$here/read_tensorboard.py" "$work/distilled"
+"$python" "$here/read_tensorboard_official.py" "$work/lm_only"
+"$python" "$here/read_tensorboard_official.py" "$work/distilled"
 "$python" "$plot" "$work/lm_only" "$work/distilled" "$work/curves.png"
 head -c 8 "$work/curves.png" | od -An -tx1 | grep -q "89 50 4e 47 0d 0a 1a 0a" ||
   { echo "FAIL: curves.png is not a PNG"; exit 1; }
