@@ -243,7 +243,9 @@ struct StreamedHeadCrossEntropy : torch::autograd::Function<StreamedHeadCrossEnt
         const int64_t len = std::min(chunk, n - start);
         torch::Tensor xc = x2d.narrow(0, start, len), tc = t.narrow(0, start, len);
         torch::Tensor kc = keep.narrow(0, start, len);
-        torch::Tensor z = torch::matmul(xc, w.t());
+        // The forward's own product (same rows and inner dimension, so the same route): each
+        // logit of the block is then bitwise the forward's, whatever the BLAS's kernels.
+        torch::Tensor z = product_by_transposed(xc, w);
         if (loops) {  // as the forward's loop formed it
           torch::Tensor in_block = (tc >= first_id) & (tc < first_id + rows) & tc.ne(kIgnore);
           torch::Tensor index =

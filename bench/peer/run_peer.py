@@ -1,15 +1,17 @@
-#!/usr/bin/python3
-"""bench/peer/run_peer.py: Retort against the plain PyTorch eager loop of the same Llama
-(bench/peer/torch_llama.py) on this machine, in one invocation. For each environment setting
-it runs the two programs back to back in each of `rounds` rounds, every round going through
-all settings (bench_throughput for Retort, with the model of issue 12: hidden 512, 8 layers, 8 heads, 8 kv heads, ffn 1536, vocab 32000 tied,
-sequence 256, micro-batch 4, AdamW, fp32) and prints the best tokens/s of each, their ratio,
-MFU against the fp32 GEMM peak Retort measures with the same threads, Retort's step-time
-breakdown, and the ceiling the step's matrix products alone set (bench/products_floor.h).
-With --pairs N it then runs Retort's defaults and PyTorch at its best setting back to back N
-times (order alternating) and prints each pair's ratio and their median, for information.
+"""bench/peer/run_peer.py: Retort against PyTorch 2.11 training the same Llama on this machine,
+in one invocation. The model is issue 12's (hidden 512, 8 layers, 8 heads, 8 kv heads, ffn
+1536, vocab 32000 tied, sequence 256, micro-batch 4, AdamW). The programs:
+  - Retort on this build's libtorch 2.11 (bench_throughput, fp32);
+  - Retort's last build on Debian's libtorch 1.13 (bench_throughput of that build, fp32),
+    with --retort-113 PATH (bench/peer/build_113.sh builds it);
+  - PyTorch 2.11 eager fp32 with scaled_dot_product_attention, the same under bf16
+    autocast, and the fp32 model through torch.compile (bench/peer/torch_llama.py).
+Each round runs every program under every environment setting, the programs' order rotating
+by round, so each cell samples the same phases of this machine; the table holds the best
+tokens/s of the rounds, and each program's ratio to Retort 2.11 per round and their median.
 
-Usage: bench/peer/run_peer.py [--build build] [--rounds 2] [--steps 5] [--threads 2] [--pairs 0]"""
+Usage: tools/python bench/peer/run_peer.py [--build build] [--retort-113 PATH] [--rounds 2]
+         [--steps 5] [--threads 2] [--settings defaults,best | all]"""
 import argparse
 import json
 import os
@@ -26,39 +28,37 @@ MODEL_KEYS = ["model.hidden=512", "model.layers=8", "model.heads=8", "model.kv_h
 GLIBC_TUNED = {"MALLOC_MMAP_THRESHOLD_": str(1 << 25), "MALLOC_TRIM_THRESHOLD_": str(1 << 40),
                "MALLOC_TOP_PAD_": str(1 << 28)}
 PASSIVE = {"OMP_WAIT_POLICY": "passive"}
-# OpenBLAS's idle workers spin 2^10 cycles, not 2^28, before sleeping (Retort's default).
-SHORT_SPIN = {"OPENBLAS_THREAD_TIMEOUT": "10"}
 # libgomp's idle workers spin 10000 times (about 0.1 ms), not 0, before sleeping (Retort's
 # default with passive).
 OMP_SHORT_SPIN = {"GOMP_SPINCOUNT": "10000"}
+# OpenBLAS's idle workers spin 2^10 cycles, not 2^28: read by the 1.13 build's OpenBLAS only
+# (the 2.11 programs run MKL on OpenMP's threads).
+BLAS_SHORT_SPIN = {"OPENBLAS_THREAD_TIMEOUT": "10"}
 LIB = "/usr/lib/x86_64-linux-gnu/"
-# Retort's own set-up (mallopt, passive OpenMP) is off where another allocator is measured.
+# Retort's own set-up (allocator, passive OpenMP) is off where another setting is measured.
 UNTUNED = {"RETORT_PROCESS_TUNING": "0"}
-SETTINGS = [  # (name, environment of both programs); the first is nobody's settings
+SETTINGS = [  # (name, environment of every program); the first is nobody's settings
     ("defaults", {}),
-    # Retort would preload jemalloc here without RETORT_ALLOCATOR=glibc (its default).
     ("glibc tuned + OMP passive", dict(GLIBC_TUNED, **PASSIVE, RETORT_ALLOCATOR="glibc")),
     ("glibc untuned + OMP passive", dict(PASSIVE, **UNTUNED)),
     ("jemalloc (no decay) + OMP passive",
      dict(PASSIVE, **UNTUNED, LD_PRELOAD=LIB + "libjemalloc.so.2",
           MALLOC_CONF="dirty_decay_ms:-1,muzzy_decay_ms:-1")),
-    ("tcmalloc + OMP passive",
-     dict(PASSIVE, **UNTUNED, LD_PRELOAD=LIB + "libtcmalloc_minimal.so.4")),
-    ("tcmalloc + OMP passive + OpenBLAS short spin",
-     dict(PASSIVE, **SHORT_SPIN, **UNTUNED, LD_PRELOAD=LIB + "libtcmalloc_minimal.so.4")),
-    ("tcmalloc + OMP passive, short spin + OpenBLAS short spin",
-     dict(PASSIVE, **OMP_SHORT_SPIN, **SHORT_SPIN, **UNTUNED,
+    ("tcmalloc + OMP passive, short spin",
+     dict(PASSIVE, **OMP_SHORT_SPIN, **BLAS_SHORT_SPIN, **UNTUNED,
           LD_PRELOAD=LIB + "libtcmalloc_minimal.so.4")),
     # Transparent huge pages on request (the kernel's mode here is madvise): Retort's default
     # asks for them through jemalloc, so PyTorch is offered them too, through either allocator.
-    ("jemalloc (no decay, huge pages) + OMP passive, short spin + OpenBLAS short spin",
-     dict(PASSIVE, **OMP_SHORT_SPIN, **SHORT_SPIN, **UNTUNED,
+    ("jemalloc (no decay, huge pages) + OMP passive, short spin",
+     dict(PASSIVE, **OMP_SHORT_SPIN, **BLAS_SHORT_SPIN, **UNTUNED,
           LD_PRELOAD=LIB + "libjemalloc.so.2",
           MALLOC_CONF="dirty_decay_ms:-1,muzzy_decay_ms:-1,thp:always")),
-    ("glibc tuned + huge pages + OMP passive, short spin + OpenBLAS short spin",
-     dict(GLIBC_TUNED, **PASSIVE, **OMP_SHORT_SPIN, **SHORT_SPIN, **UNTUNED,
+    ("glibc tuned + huge pages + OMP passive, short spin",
+     dict(GLIBC_TUNED, **PASSIVE, **OMP_SHORT_SPIN, **BLAS_SHORT_SPIN, **UNTUNED,
           GLIBC_TUNABLES="glibc.malloc.hugetlb=1")),
 ]
+# --settings defaults,best: nobody's settings and the one PyTorch ran fastest under so far.
+SHORT_LIST = ["defaults", "jemalloc (no decay, huge pages) + OMP passive, short spin"]
 ENV_KEYS = ["OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_NUM_THREADS", "OPENBLAS_THREAD_TIMEOUT",
             "LD_PRELOAD", "MALLOC_CONF", "GLIBC_TUNABLES", "RETORT_PROCESS_TUNING",
             "RETORT_ALLOCATOR", "RETORT_PRELOADED"] + list(GLIBC_TUNED)
@@ -78,94 +78,66 @@ def run(command, env_extra):
     raise RuntimeError("no result from " + " ".join(command) + ":\n" + out)
 
 
+def median(values):
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--build", default="build")
+    p.add_argument("--retort-113", default="",
+                   help="bench_throughput of Retort's last build on Debian's libtorch 1.13")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--pairs", type=int, default=0,
-                   help="after the rounds, this many back-to-back runs of Retort's defaults and "
-                        "PyTorch at its best setting (information; the headline stays best of "
-                        "the rounds)")
+    p.add_argument("--settings", default="defaults,best", choices=["defaults,best", "all"])
     a = p.parse_args()
-    retort = [os.path.join(a.build, "bench", "bench_throughput"), str(a.steps), str(a.threads)]
-    retort += MODEL_KEYS
-    torch_loop = ["/usr/bin/python3", os.path.join(HERE, "torch_llama.py"), "--steps",
-                  str(a.steps), "--threads", str(a.threads)]
-    # Rounds are the outer loop: every round measures every setting, Retort and PyTorch back to
-    # back (which goes first alternates by round), so each row samples the same phases of this
-    # machine, whose speed drifts by 20% or more over minutes.
-    runs = {name: ([], []) for name, _ in SETTINGS}
-    for round_index in range(a.rounds):
-        for name, env in SETTINGS:
-            retort_runs, torch_runs = runs[name]
-            if round_index % 2 == 0:
-                retort_runs.append(run(retort, env))
-                torch_runs.append(run(torch_loop, env))
-            else:
-                torch_runs.append(run(torch_loop, env))
-                retort_runs.append(run(retort, env))
-        print(f"  round {round_index + 1} of {a.rounds} measured", file=sys.stderr)
-    best = lambda results: max(results, key=lambda result: result["tokens_per_s"])
-    rows = [(name, best(runs[name][0]), best(runs[name][1])) for name, _ in SETTINGS]
+    retort_args = [str(a.steps), str(a.threads)] + MODEL_KEYS
+    torch_loop = [sys.executable, os.path.join(HERE, "torch_llama.py"), "--steps", str(a.steps),
+                  "--threads", str(a.threads), "--mode"]
+    programs = [("Retort, libtorch 2.11", [os.path.join(a.build, "bench", "bench_throughput")] +
+                 retort_args)]
+    if a.retort_113:
+        programs.append(("Retort, libtorch 1.13", [a.retort_113] + retort_args))
+    programs += [("PyTorch 2.11 eager fp32", torch_loop + ["eager"]),
+                 ("PyTorch 2.11 eager bf16 autocast", torch_loop + ["bf16"]),
+                 ("PyTorch 2.11 torch.compile fp32", torch_loop + ["compiled"])]
+    settings = SETTINGS if a.settings == "all" else [s for s in SETTINGS if s[0] in SHORT_LIST]
 
-    print(f"{a.threads} thread(s), {a.rounds} alternating round(s) of {a.steps} steps each, best "
-          "of the rounds; MFU against Retort's fp32 GEMM peak with the same threads")
+    results = {(s, name): [] for s, _ in settings for name, _ in programs}
+    for round_index in range(a.rounds):
+        order = programs[round_index % len(programs):] + programs[:round_index % len(programs)]
+        for setting, env in settings:
+            for name, command in order:
+                results[(setting, name)].append(run(command, env))
+        print(f"  round {round_index + 1} of {a.rounds} measured", file=sys.stderr)
+
+    print(f"{a.threads} thread(s), {a.rounds} round(s) of {a.steps} steps per program and "
+          "setting; tokens/s, best of the rounds")
     if describe_removed():
         print(describe_removed())
-    print("| setting | PyTorch tok/s | Retort tok/s | ratio | PyTorch MFU | Retort MFU | "
-          "Retort fwd / bwd / optim s |")
-    print("|---|---|---|---|---|---|---|")
-    for name, r, t in rows:
-        peak = r["gemm_peak_gflops"] * 1e9
-        torch_mfu = t["tokens_per_s"] * r["flops_per_token"] / peak
-        print(f"| {name} | {t['tokens_per_s']:.0f} | {r['tokens_per_s']:.0f} | "
-              f"{r['tokens_per_s'] / t['tokens_per_s']:.2f} | {100 * torch_mfu:.0f}% | "
-              f"{100 * r['mfu']:.0f}% | {r['forward_s']:.2f} / {r['backward_s']:.2f} / "
-              f"{r['optimizer_s']:.2f} |")
-    defaults = rows[0]
-    best_setting = max(rows[1:], key=lambda row: row[1]["tokens_per_s"])
-    print(f"\nAllocator for Retort: best measured is '{best_setting[0]}' "
-          f"({best_setting[1]['tokens_per_s']:.0f} tok/s); Retort's defaults (jemalloc preloaded, "
-          f"freed pages kept, huge pages asked; OpenMP passive after 10000 spins; OpenBLAS idle spin 2^10 cycles) give {defaults[1]['tokens_per_s']:.0f} tok/s")
-    best_torch_row = max(rows, key=lambda row: row[2]["tokens_per_s"])
-    best_torch = best_torch_row[2]["tokens_per_s"]
-    print(f"Retort with its defaults: {defaults[1]['tokens_per_s']:.0f} tok/s = "
-          f"{defaults[1]['tokens_per_s'] / best_torch:.2f}x PyTorch at its best setting "
-          f"('{best_torch_row[0]}', {best_torch:.0f} tok/s), "
-          f"{defaults[1]['tokens_per_s'] / defaults[2]['tokens_per_s']:.2f}x PyTorch with its "
-          "defaults")
-    # The same comparison within each round, where both ran minutes apart in the same phase.
-    torch_best_name = best_torch_row[0]
-    per_round = [r["tokens_per_s"] / t["tokens_per_s"]
-                 for r, t in zip(runs[SETTINGS[0][0]][0], runs[torch_best_name][1])]
-    print("Per round (Retort defaults / PyTorch at that setting, same round): " +
-          ", ".join(f"{ratio:.2f}x" for ratio in per_round) +
-          f"; median {sorted(per_round)[len(per_round) // 2]:.2f}x")
-    # The step's matrix products alone, back to back through the same BLAS (best of the runs):
-    # the tokens/s no engine calling that BLAS exceeds, whatever it does around them.
-    floor_s = min(row[1]["products_floor_s"] for row in rows)
-    ceiling = defaults[1]["tokens_per_s"] * defaults[1]["step_s"] / floor_s
-    print(f"The step's matrix products alone take {floor_s:.3f} s through this BLAS: no engine "
-          f"calling it exceeds {ceiling:.0f} tok/s = {ceiling / best_torch:.2f}x PyTorch at its "
-          f"best; Retort reaches {defaults[1]['tokens_per_s'] / ceiling:.0%} of that ceiling, "
-          f"PyTorch {best_torch / ceiling:.0%}")
+    print("| setting | " + " | ".join(name for name, _ in programs) + " |")
+    print("|---|" + "---|" * len(programs))
+    for setting, _ in settings:
+        best = [max(r["tokens_per_s"] for r in results[(setting, name)]) for name, _ in programs]
+        print(f"| {setting} | " + " | ".join(f"{b:.0f}" for b in best) + " |")
 
-    # Back to back, seconds apart rather than minutes: the rounds' per-round ratios pair runs
-    # that sit minutes apart, through phases of this machine that move speeds by 10-20%.
-    if a.pairs > 0:
-        best_env = dict(SETTINGS)[torch_best_name]
-        ratios = []
-        for i in range(a.pairs):
-            if i % 2 == 0:
-                r, t = run(retort, SETTINGS[0][1]), run(torch_loop, best_env)
-            else:
-                t, r = run(torch_loop, best_env), run(retort, SETTINGS[0][1])
-            ratios.append(r["tokens_per_s"] / t["tokens_per_s"])
-        print(f"Back-to-back pairs (Retort defaults / PyTorch at '{torch_best_name}', order "
-              "alternating): " + ", ".join(f"{x:.2f}x" for x in ratios) +
-              f"; median {sorted(ratios)[len(ratios) // 2]:.2f}x")
+    ours = programs[0][0]
+    defaults = settings[0][0]
+    print(f"\n{ours} with its defaults against each program at each one's best setting "
+          "(ratio per round, then the median):")
+    for name, _ in programs[1:]:
+        best_setting = max((s for s, _ in settings),
+                           key=lambda s: max(r["tokens_per_s"] for r in results[(s, name)]))
+        ratios = [r["tokens_per_s"] / t["tokens_per_s"]
+                  for r, t in zip(results[(defaults, ours)], results[(best_setting, name)])]
+        print(f"  vs {name} ('{best_setting}'): " + ", ".join(f"{x:.2f}x" for x in ratios) +
+              f"; median {median(ratios):.2f}x")
+    mfu = [r["mfu"] for r in results[(defaults, ours)]]
+    print(f"{ours} MFU against its fp32 GEMM peak with the same threads: "
+          + ", ".join(f"{100 * m:.0f}%" for m in mfu))
 
 
 if __name__ == "__main__":

@@ -1,12 +1,16 @@
-#!/usr/bin/python3
-"""bench/peer/torch_llama.py: the PyTorch eager training loop a user would write for the
-same Llama as bench_throughput (nn.Linear layers, RMSNorm, rotate-half RoPE, GQA, SwiGLU,
-F.cross_entropy, torch.optim.AdamW, fp32), timed on random tokens. Prints one JSON line:
-{"tokens_per_s": ..., "step_s": ..., "threads": ...}. Run by bench/peer/run_peer.py; the
-threads and allocator settings come from its command line and environment."""
+"""bench/peer/torch_llama.py: the PyTorch training loop a user would write for the same Llama
+as bench_throughput (nn.Linear layers, RMSNorm, rotate-half RoPE, GQA, SwiGLU, causal
+F.scaled_dot_product_attention, F.cross_entropy, torch.optim.AdamW with fp32 weights), timed
+on random tokens, in one of three modes:
+  eager     fp32, eager;
+  bf16      the same under torch.autocast(device_type="cpu", dtype=torch.bfloat16);
+  compiled  fp32, the model through torch.compile (Inductor's C++ code for the CPU; the
+            warm-up step pays the compilation).
+Prints one JSON line: {"tokens_per_s": ..., "step_s": ..., "threads": ..., "mode": ...}. Run
+with tools/python (torch 2.11) by bench/peer/run_peer.py; the threads and allocator settings
+come from its command line and environment."""
 import argparse
 import json
-import math
 import time
 
 import torch
@@ -38,19 +42,15 @@ class Attention(nn.Module):
         self.v = nn.Linear(hidden, kv_heads * self.head_dim, bias=False)
         self.o = nn.Linear(heads * self.head_dim, hidden, bias=False)
 
-    def forward(self, x, cos, sin, mask):
+    def forward(self, x, cos, sin):
         b, s, _ = x.shape
         q = self.q(x).view(b, s, self.heads, self.head_dim).transpose(1, 2)
         k = self.k(x).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
         v = self.v(x).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
-        repeat = self.heads // self.kv_heads
-        if repeat > 1:
-            k = k.repeat_interleave(repeat, dim=1)
-            v = v.repeat_interleave(repeat, dim=1)
-        scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim) + mask
-        out = F.softmax(scores, dim=-1) @ v
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                             enable_gqa=self.heads != self.kv_heads)
         return self.o(out.transpose(1, 2).reshape(b, s, -1))
 
 
@@ -64,8 +64,8 @@ class Block(nn.Module):
         self.up = nn.Linear(hidden, ffn, bias=False)
         self.down = nn.Linear(ffn, hidden, bias=False)
 
-    def forward(self, x, cos, sin, mask):
-        x = x + self.attn(self.attn_norm(x), cos, sin, mask)
+    def forward(self, x, cos, sin):
+        x = x + self.attn(self.attn_norm(x), cos, sin)
         h = self.mlp_norm(x)
         return x + self.down(F.silu(self.gate(h)) * self.up(h))
 
@@ -88,13 +88,11 @@ class Llama(nn.Module):
         angles = torch.cat((angles, angles), dim=-1)
         self.register_buffer("cos", angles.cos(), persistent=False)
         self.register_buffer("sin", angles.sin(), persistent=False)
-        self.register_buffer(
-            "mask", torch.full((a.seq, a.seq), float("-inf")).triu(1), persistent=False)
 
     def forward(self, tokens):
         x = self.embed(tokens)
         for block in self.blocks:
-            x = block(x, self.cos, self.sin, self.mask)
+            x = block(x, self.cos, self.sin)
         return self.head(self.norm(x))
 
 
@@ -104,17 +102,22 @@ def main():
                           ("ffn", 1536), ("vocab", 32000), ("seq", 256), ("batch", 4),
                           ("steps", 5), ("threads", 2)]:
         p.add_argument("--" + name, type=int, default=default)
+    p.add_argument("--mode", choices=["eager", "bf16", "compiled"], default="eager")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     model = Llama(a)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
+    forward = torch.compile(model) if a.mode == "compiled" else model
+    autocast = torch.autocast(device_type="cpu", dtype=torch.bfloat16,
+                              enabled=a.mode == "bf16")
     g = torch.Generator().manual_seed(1)
 
     def step():
         tokens = torch.randint(0, a.vocab, (a.batch, a.seq + 1), generator=g)
-        logits = model(tokens[:, :-1])
-        loss = F.cross_entropy(logits.reshape(-1, a.vocab), tokens[:, 1:].reshape(-1))
+        with autocast:
+            logits = forward(tokens[:, :-1])
+            loss = F.cross_entropy(logits.reshape(-1, a.vocab), tokens[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -126,7 +129,7 @@ def main():
         step()
     seconds = time.perf_counter() - start
     print(json.dumps({"tokens_per_s": a.steps * a.batch * a.seq / seconds,
-                      "step_s": seconds / a.steps, "threads": a.threads}))
+                      "step_s": seconds / a.steps, "threads": a.threads, "mode": a.mode}))
 
 
 if __name__ == "__main__":

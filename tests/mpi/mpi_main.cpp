@@ -9,6 +9,7 @@
 #include <string>
 
 #include "parallel/collective_watchdog.h"
+#include "tests/support/blas_own_kernels.h"
 
 namespace {
 
@@ -34,6 +35,7 @@ class FailurePrinter : public ::testing::EmptyTestEventListener {
 }  // namespace
 
 int main(int argc, char** argv) {
+  retort::test::use_blas_own_kernels();
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
   int rank = 0;
