@@ -9,7 +9,7 @@ sequence, an overlong form, a surrogate, bytes F5..FF). Each file is prepared al
 .bin holds exactly its ids, then the tokenizer's EOS; the .bin is read here as raw int32. The
 reference reads each file as UTF-8 with every invalid sequence replaced by U+FFFD (Python's
 decoder replaces maximal subparts, as the Unicode standard recommends) and encodes it with
-the tokenizer's own post-processor (Llama 3's adds <|begin_of_text|>).
+the tokenizer's own post-processor (this tokenizer.json's is ByteLevel: no BOS is added).
 
 With --nfc, both run a copy of the tokenizer with Qwen2's NFC normalizer added (the
 adversarial file holds decomposed letters and Hangul jamo, which NFC composes).
