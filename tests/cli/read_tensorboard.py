@@ -6,6 +6,7 @@ file_version "brain.Event:2". Exits non-zero naming the first problem."""
 import glob
 import json
 import math
+import os
 import struct
 import sys
 
@@ -83,6 +84,25 @@ def flatten(row):
             yield key, value
 
 
+def check_metrics(run_dir, scalars, reader):
+    """Exits naming the first scalar of the run's metrics.jsonl that `scalars` ((step, tag) ->
+    value, from `reader`) lacks or holds with another value (as float32); returns the rows and
+    the number of scalars checked."""
+    rows = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
+    checked = 0
+    for row in rows:
+        for tag, value in flatten(row):
+            if (row["step"], tag) not in scalars:
+                sys.exit(f"{reader}step {row['step']}: '{tag}' is not in the event file")
+            stored = scalars[(row["step"], tag)]
+            expected = struct.unpack("<f", struct.pack("<f", value))[0]
+            if not (stored == expected or (math.isnan(stored) and math.isnan(expected))):
+                sys.exit(f"{reader}step {row['step']}: '{tag}' is {stored} in the event file, "
+                         f"{value} in metrics.jsonl")
+            checked += 1
+    return rows, checked
+
+
 def main(run_dir):
     files = sorted(glob.glob(f"{run_dir}/events.out.tfevents.*"))
     if not files:
@@ -102,18 +122,7 @@ def main(run_dir):
                 scalars[(step, entry[1].decode())] = struct.unpack("<f", entry[2])[0]
     if any(v != "brain.Event:2" for v in versions):
         sys.exit(f"file_version of the first events: {versions}")
-    rows = [json.loads(line) for line in open(f"{run_dir}/metrics.jsonl")]
-    checked = 0
-    for row in rows:
-        for tag, value in flatten(row):
-            if (row["step"], tag) not in scalars:
-                sys.exit(f"step {row['step']}: '{tag}' is not in the event file")
-            stored = scalars[(row["step"], tag)]
-            expected = struct.unpack("<f", struct.pack("<f", value))[0]
-            if not (stored == expected or (math.isnan(stored) and math.isnan(expected))):
-                sys.exit(f"step {row['step']}: '{tag}' is {stored} in the event file, {value} in "
-                         "metrics.jsonl")
-            checked += 1
+    rows, checked = check_metrics(run_dir, scalars, "")
     tags = sorted({tag for _, tag in scalars})
     print(f"{len(files)} event file(s), {len(rows)} metrics lines: all {checked} scalars found "
           f"({len(tags)} tags: {', '.join(tags)})")
