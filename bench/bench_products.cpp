@@ -3,14 +3,12 @@
 // For each linear shape of the issue-12 model (tokens x hidden -> out, forward y = x W^T,
 // input gradient dx = dy W, weight gradient dW += dy^T x), three ways, alternating in each
 // round, best of the rounds:
-//  - blas:      torch::mm_out / addmm_ (the system BLAS, as the step calls it);
+//  - blas:      torch::mm_out / addmm_ (libtorch's BLAS, MKL in the wheel, as the step calls it);
 //  - tile:      layers/tile_gemm.h's AVX-512 register blocks, the output's 32-column panels split
 //               over the threads, each thread packing its own panels of B inside the call (what an
 //               engine using it would pay each time);
 //  - tile, B packed beforehand: the same with the packing outside the timing, the most any
-//               scheme that packs B less often (once per step for a weight) could gain;
-//  - blocked:   layers/blocked_product.h, the tile loops in cache blocks (inner dimension in
-//               chunks of 256, rows in blocks of 384), B packed chunk by chunk inside the call.
+//               scheme that packs B less often (once per step for a weight) could gain.
 // The last row weighs each kind by its FLOPs in one step, as the step runs them; the line
 // after it is the bound for an engine that picks the fastest way product by product, and the
 // CPU's FMA peak (independent AVX-512 FMAs, no memory) the bound for any product at all.
@@ -30,7 +28,6 @@
 #include "bench_args.h"
 #include "common/compute_threads.h"
 #include "common/process_setup.h"
-#include "layers/blocked_product.h"
 #include "layers/tile_gemm.h"
 
 using namespace retort;
@@ -106,9 +103,9 @@ struct Shape {
   int64_t m, k, n, per_step;  // per_step: how many times one step runs it
 };
 
-constexpr int kKinds = 3, kWays = 4;
+constexpr int kKinds = 3, kWays = 3;
 const char* const kKindNames[kKinds] = {"forward x W^T", "input grad dy W", "weight grad dy^T x"};
-const char* const kWayNames[kWays] = {"blas", "tile", "tile, B packed beforehand", "blocked"};
+const char* const kWayNames[kWays] = {"blas", "tile", "tile, B packed beforehand"};
 
 }  // namespace
 
@@ -165,16 +162,6 @@ int main(int argc, char** argv) {
             tile_product(n, k, m, dyp, 1, n, xp, k, 1, true, dw.data_ptr<float>(), packed.data(),
                          pack);
           }};
-      const std::function<void()> blocked[kKinds] = {
-          [&] {
-            layers::blocked_product(m, n, k, xp, k, 1, wp, 1, k, false, y.data_ptr<float>(), n);
-          },
-          [&] {
-            layers::blocked_product(m, k, n, dyp, n, 1, wp, k, 1, false, dx.data_ptr<float>(), k);
-          },
-          [&] {
-            layers::blocked_product(n, k, m, dyp, 1, n, xp, k, 1, true, dw.data_ptr<float>(), k);
-          }};
       for (int kind = 0; kind < kKinds; ++kind) {
         // Check the own products against the BLAS once per shape and kind, so the table never
         // times a wrong product.
@@ -182,20 +169,15 @@ int main(int argc, char** argv) {
           dw.zero_();
           blas[kind]();
           const torch::Tensor expected = (kind == 0 ? y : kind == 1 ? dx : dw).clone();
-          for (int way = 1; way < kWays; way += 2) {
-            dw.zero_();
-            if (way == 1)
-              own[kind](true);
-            else
-              blocked[kind]();
-            const torch::Tensor got = kind == 0 ? y : kind == 1 ? dx : dw;
-            const double error =
-                (got - expected).abs().max().item<double>() / expected.abs().max().item<double>();
-            if (error > 1e-4) {
-              std::printf("%s %s, %s: differs from the BLAS by %.2e (relative)\n", sh.name.c_str(),
-                          kKindNames[kind], kWayNames[way], error);
-              return 1;
-            }
+          dw.zero_();
+          own[kind](true);
+          const torch::Tensor got = kind == 0 ? y : kind == 1 ? dx : dw;
+          const double error =
+              (got - expected).abs().max().item<double>() / expected.abs().max().item<double>();
+          if (error > 1e-4) {
+            std::printf("%s %s, %s: differs from the BLAS by %.2e (relative)\n", sh.name.c_str(),
+                        kKindNames[kind], kWayNames[1], error);
+            return 1;
           }
         }
         const int repeats = 5;
@@ -203,16 +185,15 @@ int main(int argc, char** argv) {
         at(s, kind, 1) = std::min(at(s, kind, 1), best_seconds([&] { own[kind](true); }, repeats));
         own[kind](true);  // pack once; the timed calls below reuse the panels
         at(s, kind, 2) = std::min(at(s, kind, 2), best_seconds([&] { own[kind](false); }, repeats));
-        at(s, kind, 3) = std::min(at(s, kind, 3), best_seconds(blocked[kind], repeats));
       }
     }
     std::fprintf(stderr, "  round %d of %d measured\n", round + 1, rounds);
   }
   std::printf("fp32 GFLOP/s, %d thread(s), %lld tokens, best of %d rounds\n", threads,
               static_cast<long long>(tokens), rounds);
-  std::printf("| product | kind | %s | %s | %s | %s |\n|---|---|---|---|---|---|\n", kWayNames[0],
-              kWayNames[1], kWayNames[2], kWayNames[3]);
-  double step_flops = 0, step_seconds[kWays] = {0, 0, 0, 0}, fastest_seconds = 0;
+  std::printf("| product | kind | %s | %s | %s |\n|---|---|---|---|---|\n", kWayNames[0],
+              kWayNames[1], kWayNames[2]);
+  double step_flops = 0, step_seconds[kWays] = {0, 0, 0}, fastest_seconds = 0;
   for (size_t s = 0; s < shapes.size(); ++s) {
     const Shape& sh = shapes[s];
     const double flops = 2.0 * double(sh.m) * double(sh.k) * double(sh.n);
@@ -224,7 +205,7 @@ int main(int argc, char** argv) {
         step_seconds[way] += double(sh.per_step) * at(s, kind, way);
       }
       fastest_seconds += double(sh.per_step) *
-                         std::min({at(s, kind, 0), at(s, kind, 1), at(s, kind, 2), at(s, kind, 3)});
+                         std::min({at(s, kind, 0), at(s, kind, 1), at(s, kind, 2)});
       std::printf("\n");
       step_flops += double(sh.per_step) * flops;
     }
@@ -236,7 +217,7 @@ int main(int argc, char** argv) {
   const double peak = fma_peak_gflops(threads);
   std::printf("\nAVX-512 FMA peak on %d thread(s): %.0f GFLOP/s, %.2fx the BLAS's step products\n",
               threads, peak, peak / (step_flops / step_seconds[0] / 1e9));
-  // The bound for an engine that picks, per product, the fastest of the four.
+  // The bound for an engine that picks, per product, the fastest of the three.
   std::printf("fastest way per product: %.0f GFLOP/s (%.3f s), %.2fx the BLAS alone\n",
               step_flops / fastest_seconds / 1e9, fastest_seconds,
               step_seconds[0] / fastest_seconds);

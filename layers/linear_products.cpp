@@ -3,7 +3,6 @@
 
 #include <vector>
 
-#include "layers/blocked_product.h"
 #include "layers/grad_destinations.h"
 #include "layers/tile_gemm.h"
 
@@ -25,18 +24,6 @@ bool tile_loops_can_run(const torch::Tensor& a2d, const torch::Tensor& w) {
 
 bool use_tile(const torch::Tensor& a2d, const torch::Tensor& w) {
   return tile_loops_can_run(a2d, w) && tile_product_pays(a2d.size(0), a2d.size(1));
-}
-
-bool use_blocked(const torch::Tensor& a2d, const torch::Tensor& w) {
-  return tile_loops_can_run(a2d, w) && blocked_product_pays(a2d.size(0), a2d.size(1));
-}
-
-// out [m, in] = dy [m, out] W [out, in] by layers/blocked_product.h (use_blocked holds).
-void blocked_product_by(const torch::Tensor& dy2d, const torch::Tensor& w, torch::Tensor& out) {
-  const torch::Tensor w_data = w.detach();
-  blocked_product(dy2d.size(0), w.size(1), w.size(0), dy2d.data_ptr<float>(), dy2d.size(1), 1,
-                  w_data.data_ptr<float>(), w_data.stride(0), w_data.stride(1), false,
-                  out.data_ptr<float>(), out.size(1));
 }
 
 // C [m, n] = A [m, k] B, A contiguous, B element (p, c) at b[p * b_row + c * b_col]. The
@@ -75,19 +62,11 @@ std::vector<int64_t> with_last(const torch::Tensor& x, int64_t last) {
 
 }  // namespace
 
-// bench_products' rows (see the header; `bench_products 2 3 <tokens> <head_chunk>`): ahead at
-// 128, 256 and 1024 rows wherever A (rows x inner) is at most 1024 x 1536 floats, 6 MB, and on
-// the LM head's chunks of 64-256 rows (inner dimension 512); level or behind at 1024 rows with
-// inner dimension 3072 (gate|up's input gradient, a 12 MB A that no longer stays in cache
-// across the panels). Fewer than 64 rows were not measured and stay with the BLAS.
+// bench_products' rows against MKL (the header says where): ahead or level from 64 to 256
+// rows where A is at most 256 x 1536; behind at 1024 rows. Fewer than 64 rows were not
+// measured and stay with the BLAS.
 bool tile_product_pays(int64_t rows, int64_t inner) {
-  return rows >= 64 && rows * inner <= 1024 * 1536;
-}
-
-// bench_products' "blocked" column: ahead of the BLAS on the LM head's input gradient (inner
-// dimension 32000) at 64-256 rows, level with it at gate|up's (inner dimension 3072).
-bool blocked_product_pays(int64_t rows, int64_t inner) {
-  return rows >= 64 && inner >= 8192;
+  return rows >= 64 && rows <= 256 && inner <= 1536;
 }
 
 torch::Tensor product_by_transposed(const torch::Tensor& x, const torch::Tensor& w) {
@@ -101,12 +80,6 @@ torch::Tensor product_by_transposed(const torch::Tensor& x, const torch::Tensor&
 
 torch::Tensor product_by(const torch::Tensor& dy, const torch::Tensor& w) {
   const torch::Tensor dy2d = dy.reshape({-1, dy.size(-1)});
-  if (use_blocked(dy2d, w)) {
-    torch::Tensor out = torch::empty(with_last(dy, w.size(1)), dy.options());
-    torch::Tensor out2d = out.view({-1, w.size(1)});
-    blocked_product_by(dy2d.detach(), w, out2d);
-    return out;
-  }
   if (!use_tile(dy2d, w)) return torch::matmul(dy, w);
   const torch::Tensor w_data = w.detach();
   return tile_product(dy2d.detach(), w_data.data_ptr<float>(), w_data.stride(0), w_data.stride(1),
@@ -114,9 +87,7 @@ torch::Tensor product_by(const torch::Tensor& dy, const torch::Tensor& w) {
 }
 
 void product_by_out(torch::Tensor& out, const torch::Tensor& dy, const torch::Tensor& w) {
-  if (out.is_contiguous() && out.dim() == 2 && dy.dim() == 2 && use_blocked(dy, w))
-    blocked_product_by(dy.detach(), w, out);
-  else if (out.is_contiguous() && out.dim() == 2 && dy.dim() == 2 && use_tile(dy, w))
+  if (out.is_contiguous() && out.dim() == 2 && dy.dim() == 2 && use_tile(dy, w))
     out.copy_(product_by(dy, w));
   else
     torch::mm_out(out, dy, w);

@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench_env import clean_environment, describe_removed  # noqa: E402
@@ -59,6 +60,9 @@ SETTINGS = [  # (name, environment of every program); the first is nobody's sett
 ]
 # --settings defaults,best: nobody's settings and the one PyTorch ran fastest under so far.
 SHORT_LIST = ["defaults", "jemalloc (no decay, huge pages) + OMP passive, short spin"]
+# torch.compile's kernels, compiled afresh by each invocation (a cache left by another
+# torch build or environment once failed to load: an undefined Sleef symbol).
+INDUCTOR_CACHE = tempfile.mkdtemp(prefix="run_peer_inductor_")
 ENV_KEYS = ["OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_NUM_THREADS", "OPENBLAS_THREAD_TIMEOUT",
             "LD_PRELOAD", "MALLOC_CONF", "GLIBC_TUNABLES", "RETORT_PROCESS_TUNING",
             "RETORT_ALLOCATOR", "RETORT_PRELOADED"] + list(GLIBC_TUNED)
@@ -69,6 +73,7 @@ def run(command, env_extra):
     for key in ENV_KEYS:
         env.pop(key, None)
     env.update(env_extra)
+    env["TORCHINDUCTOR_CACHE_DIR"] = INDUCTOR_CACHE
     out = subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout
     for line in out.splitlines():
         if line.startswith("json: "):

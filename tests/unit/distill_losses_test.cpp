@@ -375,7 +375,7 @@ TEST(LogitLosses, FloatLoopsMatchFloat64Reference) {
 
 // Both heads fused in at the LM head's shapes: 256-token chunks (the logits by the tile loops
 // where the CPU has them, layers/linear_products.h) and a vocabulary past 8192 (the input
-// gradient by the blocked form), then a partial chunk of 44 tokens (the BLAS).
+// gradient by the BLAS), then a partial chunk of 44 tokens (the BLAS).
 TEST(LogitLosses, FusedHeadsAtLmHeadShapesMatchFloat64Reference) {
   torch::manual_seed(12);
   expect_float_loops_match_float64(300, 40, 9000, 9024, 256, LogitLoss::forward_kl, 1.0, true);

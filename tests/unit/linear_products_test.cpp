@@ -2,9 +2,8 @@
 // (layers/linear_products.h) against float64 torch: y = x W^T and dx = dy W at shapes the tile
 // loops take (rows not a multiple of their 12-row blocks, widths not a multiple of their
 // 32-column panels, a 3-D input, a weight that is a row range of a larger one) and at shapes
-// the BLAS keeps; the blocked form (layers/blocked_product.h) across its row, inner and panel
-// block edges, in every operand layout, and dy W with the LM head's long inner dimension,
-// also written into a row range of a larger gradient; LinearProduct's gradients for x and W,
+// the BLAS keeps; dy W with the LM head's long inner dimension, also written into a row range
+// of a larger gradient; LinearProduct's gradients for x and W,
 // with W frozen, and with the product called while autograd records (it must then fall back,
 // not cut the graph).
 #include "layers/linear_products.h"
@@ -12,7 +11,6 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "layers/blocked_product.h"
 #include "layers/tile_gemm.h"
 
 namespace retort::layers {
@@ -34,52 +32,16 @@ struct Shape {
 };
 
 TEST(LinearProducts, ShapesThisFileRoutesAreTheOnesTested) {
-  EXPECT_TRUE(tile_product_pays(600, 64));         // A at most 1024 x 1536: tile loops
-  EXPECT_TRUE(tile_product_pays(1024, 1536));      // the layers' down projection
-  EXPECT_TRUE(tile_product_pays(192, 512));        // the LM head's chunks, forward
-  EXPECT_TRUE(tile_product_pays(256, 3072));       // gate|up's input gradient, 256 tokens
-  EXPECT_FALSE(tile_product_pays(32, 64));         // fewer than 64 rows: the BLAS
-  EXPECT_FALSE(tile_product_pays(1024, 3072));     // gate|up's input gradient, 1024 tokens: BLAS
-  EXPECT_TRUE(blocked_product_pays(192, 32000));   // the LM head's input gradient: blocked
-  EXPECT_FALSE(blocked_product_pays(1024, 3072));  // gate|up's: the BLAS
-  EXPECT_FALSE(blocked_product_pays(32, 32000));   // fewer than 64 rows: the BLAS
+  EXPECT_TRUE(tile_product_pays(250, 64));       // 64-256 rows, inner at most 1536: tile loops
+  EXPECT_TRUE(tile_product_pays(256, 1536));     // the layers' down projection at 256 tokens
+  EXPECT_TRUE(tile_product_pays(192, 512));      // the LM head's chunks, forward
+  EXPECT_FALSE(tile_product_pays(256, 3072));    // gate|up's input gradient: the BLAS
+  EXPECT_FALSE(tile_product_pays(32, 64));       // fewer than 64 rows: the BLAS
+  EXPECT_FALSE(tile_product_pays(1024, 512));    // 1024 tokens: the BLAS
+  EXPECT_FALSE(tile_product_pays(192, 32000));   // the LM head's input gradient: the BLAS
 }
 
-// blocked_product against float64 torch: rows past one row block (and not a multiple of the
-// tile loops' 12), an inner dimension past two chunks (the last partial), columns ending in a
-// partial panel; A in place or transposed, B by rows or as X^T, written or added to a C whose
-// columns past n must stay as they were.
-TEST(LinearProducts, BlockedProductMatchesFloat64) {
-  if (!kernels::tile_gemm_available()) GTEST_SKIP() << "no AVX-512: the blocked form never runs";
-  torch::manual_seed(6);
-  const int64_t m = kBlockRows + 29, k = 2 * kBlockInner + 77;
-  for (const int64_t n : {int64_t(45), int64_t(96)})
-    for (const bool a_transposed : {false, true})
-      for (const bool b_from_x : {false, true})
-        for (const bool accumulate : {false, true}) {
-          SCOPED_TRACE(::testing::Message() << "n " << n << " A^T " << a_transposed << " B = X^T "
-                                            << b_from_x << " accumulate " << accumulate);
-          // A as stored ([m, k], or [k, m] read transposed), B as stored ([k, n] or X [n, k]).
-          const torch::Tensor a_stored =
-              torch::randn(a_transposed ? std::vector<int64_t>{k, m} : std::vector<int64_t>{m, k});
-          const torch::Tensor b_stored =
-              torch::randn(b_from_x ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n});
-          const torch::Tensor a = a_transposed ? a_stored.t() : a_stored;
-          const torch::Tensor b = b_from_x ? b_stored.t() : b_stored;
-          torch::Tensor c = torch::randn({m, n + 3});
-          const torch::Tensor before = c.clone();
-          blocked_product(m, n, k, a_stored.data_ptr<float>(), a.stride(0), a.stride(1),
-                          b_stored.data_ptr<float>(), b.stride(0), b.stride(1), accumulate,
-                          c.data_ptr<float>(), n + 3);
-          torch::Tensor expected = torch::matmul(a.to(torch::kDouble), b.to(torch::kDouble));
-          if (accumulate) expected += before.narrow(1, 0, n).to(torch::kDouble);
-          EXPECT_LT(relative_error(c.narrow(1, 0, n), expected), kTolerance);
-          EXPECT_TRUE(torch::equal(c.narrow(1, n, 3), before.narrow(1, n, 3)));
-        }
-}
-
-// dy W with an inner dimension as long as a vocabulary (the blocked form where the CPU has it),
-// returned and written into rows [5, 5 + 300) of a larger gradient, whose other rows stay.
+// dy W with an inner dimension as long as a vocabulary (the BLAS), returned and written into rows [5, 5 + 300) of a larger gradient, whose other rows stay.
 TEST(LinearProducts, LongInnerDimensionInputGradientMatchesFloat64) {
   torch::manual_seed(7);
   const int64_t rows = 300, vocab = 9000, hidden = 72;
@@ -98,8 +60,8 @@ TEST(LinearProducts, LongInnerDimensionInputGradientMatchesFloat64) {
 
 TEST(LinearProducts, ForwardAndInputGradientMatchFloat64) {
   torch::manual_seed(3);
-  const std::vector<Shape> shapes = {{{600, 64}, 100},  {{2, 300, 64}, 45}, {{517, 96}, 33},
-                                     {{1024, 200}, 64}, {{100, 64}, 70},    {{40, 64}, 70},
+  const std::vector<Shape> shapes = {{{250, 64}, 100}, {{2, 115, 64}, 45}, {{197, 96}, 33},
+                                     {{256, 200}, 64}, {{100, 64}, 70},    {{40, 64}, 70},
                                      {{1100, 1500}, 20}};  // the last two: the BLAS
   for (const Shape& s : shapes) {
     SCOPED_TRACE(::testing::Message() << "x " << torch::IntArrayRef(s.x) << " out " << s.out);
@@ -126,9 +88,9 @@ TEST(LinearProducts, LinearProductGradientsMatchFloat64) {
   torch::manual_seed(4);
   for (const bool weight_trains : {true, false}) {
     SCOPED_TRACE(weight_trains ? "weight trains" : "weight frozen");
-    const torch::Tensor x = torch::randn({4, 150, 96}).requires_grad_(true);
+    const torch::Tensor x = torch::randn({2, 75, 96}).requires_grad_(true);
     const torch::Tensor w = (torch::randn({80, 96}) * 0.1).requires_grad_(weight_trains);
-    const torch::Tensor upstream = torch::randn({4, 150, 80});
+    const torch::Tensor upstream = torch::randn({2, 75, 80});
     const torch::Tensor y = LinearProduct::apply(x, w);
     (y * upstream).sum().backward();
 
