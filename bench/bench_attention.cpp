@@ -1,10 +1,12 @@
 // bench/bench_attention.cpp: the causal attention core alone, forward and backward, at one
 // sequence length: layers::blocked_attention (fused CPU kernels) for several query-block and
 // key-tile sizes (and the default one with its tile products through the BLAS instead of
-// layers/tile_gemm.h), and the dense grouped attention, each timed over a few repetitions after a
-// warm-up, with GFLOP/s counted as the training FLOP count does (QK^T and PV over the causal
-// half: 4 h d s(s+1)/2 forward, twice that backward; the recomputed scores not counted).
-// Usage: bench_attention [seq=2048] [threads=cores] [heads=8] [batch=1]
+// layers/tile_gemm.h), ATen's scaled_dot_product_attention (causal; libtorch 2.x's fused CPU
+// kernel, alternated with the default blocked form) and the dense grouped attention, each
+// timed over a few repetitions after a warm-up, with GFLOP/s counted as the training FLOP count
+// does (QK^T and PV over the causal half: 4 h d s(s+1)/2 forward, twice that backward; the
+// recomputed scores not counted). Usage: bench_attention [seq=2048] [threads=cores] [heads=8]
+// [batch=1]
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -82,30 +84,36 @@ int main(int argc, char** argv) {
       report(name, [&] { return layers::blocked_attention(q, k, v, 0, rows, tile); });
     }
   // The default tiling with its products through layers/tile_gemm.h and through the BLAS,
-  // alternated 8 times (this machine's speed drifts), medians and bests of fwd+bwd.
-  std::vector<double> rates[2];
+  // and ATen's fused attention, alternated 8 times (this machine's speed drifts), medians and
+  // bests of fwd+bwd.
+  const char* const way_names[3] = {"blocked rows 128, key tile 512, products by tile_gemm",
+                                    "blocked rows 128, key tile 512, products through the BLAS",
+                                    "ATen scaled_dot_product_attention, causal"};
+  std::vector<double> rates[3];
   for (int round = 0; round < 8; ++round)
-    for (int blas = 0; blas < 2; ++blas) {
-      layers::kernels::set_tile_gemm_enabled(!blas);
+    for (int way = 0; way < 3; ++way) {
+      layers::kernels::set_tile_gemm_enabled(way != 1);
       const double both = seconds(
           [&] {
             q.mutable_grad().reset();
             k.mutable_grad().reset();
             v.mutable_grad().reset();
-            layers::blocked_attention(q, k, v, 0, 128, 512).backward(seed);
+            torch::Tensor out =
+                way == 2 ? at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true)
+                         : layers::blocked_attention(q, k, v, 0, 128, 512);
+            out.backward(seed);
           },
           3);
-      rates[blas].push_back(3 * forward_flops / both / 1e9);
+      rates[way].push_back(3 * forward_flops / both / 1e9);
     }
   layers::kernels::set_tile_gemm_enabled(true);
-  for (int blas = 0; blas < 2; ++blas) {
-    std::sort(rates[blas].begin(), rates[blas].end());
-    std::printf(
-        "| blocked rows 128, key tile 512, products %s (8 alternating rounds) | - | - | "
-        "median | %.1f (best %.1f) |\n",
-        blas ? "through the BLAS" : "by tile_gemm", rates[blas][rates[blas].size() / 2],
-        rates[blas].back());
+  for (int way = 0; way < 3; ++way) {
+    std::sort(rates[way].begin(), rates[way].end());
+    std::printf("| %s (8 alternating rounds) | - | - | median | %.1f (best %.1f) |\n",
+                way_names[way], rates[way][rates[way].size() / 2], rates[way].back());
   }
+  report("ATen scaled_dot_product_attention, causal",
+         [&] { return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true); });
   report("dense (s x s scores)", [&] {
     return layers::grouped_attention(q, k, v, layers::attention_mask(s, s, 0, 0, q.options()));
   });

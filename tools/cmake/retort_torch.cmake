@@ -21,7 +21,12 @@ if(NOT retort_torch_status EQUAL 0)
 endif()
 list(GET retort_torch_query 0 retort_torch_prefix)
 list(GET retort_torch_query 1 RETORT_TORCH_VERSION)
-list(PREPEND CMAKE_PREFIX_PATH "${retort_torch_prefix}")
+# The wheel's torch folder too (its lib/ holds libtorch, libc10, ...): TorchConfig finds its
+# libraries with find_library(... PATHS <torch>/lib), which searches the system's folders
+# first, so a distribution's libtorch (Debian's libtorch-dev: libc10.so) would be taken
+# beside the wheel's headers and libtorch_cpu, and two c10s would abort at start-up.
+get_filename_component(retort_torch_root "${retort_torch_prefix}/../.." ABSOLUTE)
+list(PREPEND CMAKE_PREFIX_PATH "${retort_torch_prefix}" "${retort_torch_root}")
 find_package(Torch REQUIRED)
 # The wheel's libtorch.so and libtorch_cpu.so export their own copies of parts of libstdc++
 # (std::filesystem, std::chrono's time zones: built with a newer GCC and linked statically
@@ -43,3 +48,11 @@ endif()
 add_library(retort_openmp INTERFACE)
 target_compile_options(retort_openmp INTERFACE -fopenmp)
 target_link_libraries(retort_openmp INTERFACE ${RETORT_TORCH_GOMP})
+
+# Every library of the Torch package must be the wheel's (see CMAKE_PREFIX_PATH above).
+foreach(retort_torch_lib ${TORCH_LIBRARY} ${c10_LIBRARY})
+  string(FIND "${retort_torch_lib}" "${retort_torch_root}" retort_torch_lib_at)
+  if(NOT retort_torch_lib_at EQUAL 0)
+    message(FATAL_ERROR "Torch library ${retort_torch_lib} is not the wheel's (${retort_torch_root}/lib)")
+  endif()
+endforeach()
