@@ -4,6 +4,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <atomic>
 #include <limits>
 
 #include "layers/cpu_kernels.h"
@@ -71,8 +72,10 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
 
 // The fused head's element-wise steps run as row loops (layers/cpu_kernels.h) for CPU float
 // and double alone on the vocabulary, else as torch ops combined over the TP group.
+std::atomic<bool> head_row_loops_enabled{true};
+
 bool row_loops_apply(const torch::Tensor& x, parallel::Communicator* group) {
-  return (!group || group->size() == 1) && x.device().is_cpu() &&
+  return head_row_loops_enabled && (!group || group->size() == 1) && x.device().is_cpu() &&
          (x.scalar_type() == torch::kFloat || x.scalar_type() == torch::kDouble);
 }
 
@@ -308,6 +311,10 @@ struct SparseRowLookup : torch::autograd::Function<SparseRowLookup> {
 };
 
 }  // namespace
+
+void set_head_row_loops_enabled(bool enabled) {
+  head_row_loops_enabled = enabled;
+}
 
 torch::Tensor fused_head_cross_entropy_sum(const torch::Tensor& x, const torch::Tensor& weight,
                                            const torch::Tensor& targets, int64_t vocab_size,
