@@ -1,11 +1,7 @@
 // engine/optim/adamw.cpp: see adamw.h.
 #include "engine/optim/adamw.h"
 
-#include <ATen/Parallel.h>
-
 #include <cmath>
-
-#include "engine/optim/adamw_kernel.h"
 
 namespace retort::engine {
 
@@ -68,69 +64,29 @@ void AdamW::step_row_list(size_t index, const torch::Tensor& rows, const torch::
   s.exp_avg_sq.index_copy_(0, rows, v);
 }
 
-void AdamW::update(const layers::Parameter& p, const torch::Tensor& value_in,
-                   const torch::Tensor& grad, const torch::Tensor& m_in, const torch::Tensor& v_in,
-                   double lr, double grad_scale) const {
+void AdamW::update(const layers::Parameter& p, const torch::Tensor& value,
+                   const torch::Tensor& grad, const torch::Tensor& m, const torch::Tensor& v,
+                   double lr) const {
   TORCH_CHECK(steps_ > 0, "AdamW: a parameter stepped before begin_step(): no step counted");
+  TORCH_CHECK(value.is_contiguous() && m.is_contiguous() && v.is_contiguous(), "AdamW: parameter '",
+              p.spec.name, "' or its state is not contiguous");
   torch::NoGradGuard no_grad;
-  const double step_lr = lr * p.spec.lr_scale;
-  const double bias1 = 1.0 - std::pow(config_.beta1, double(steps_));
-  const double bias2 = 1.0 - std::pow(config_.beta2, double(steps_));
   const bool decay = p.spec.weight_decay && config_.weight_decay > 0;
-  // Element-wise, so it runs over slices of at most kSliceElements: the one temporary (the
-  // denominator) stays a slice, not a copy of the largest parameter (the [vocab, h] embedding
-  // would otherwise add its size to the step's peak, twice).
-  constexpr int64_t kSliceElements = 1 << 18;
-  const bool flat = value_in.is_contiguous() && grad.is_contiguous() && m_in.is_contiguous() &&
-                    v_in.is_contiguous();
-  const auto dtype = value_in.scalar_type();
-  if (flat && value_in.device().is_cpu() && (dtype == torch::kFloat || dtype == torch::kDouble) &&
-      grad.scalar_type() == dtype && m_in.scalar_type() == dtype && v_in.scalar_type() == dtype) {
-    // One pass over the four buffers (engine/optim/adamw_kernel.h), split across threads.
-    const kernels::AdamWCoefficients c{decay ? 1.0 - step_lr * config_.weight_decay : 1.0,
-                                       config_.beta1,
-                                       config_.beta2,
-                                       config_.eps,
-                                       std::sqrt(bias2),
-                                       -step_lr / bias1,
-                                       grad_scale};
-    AT_DISPATCH_FLOATING_TYPES(dtype, "adamw_update", [&] {
-      scalar_t *value = value_in.data_ptr<scalar_t>(), *m = m_in.data_ptr<scalar_t>();
-      scalar_t* v = v_in.data_ptr<scalar_t>();
-      const scalar_t* g = grad.data_ptr<scalar_t>();
-      at::parallel_for(0, value_in.numel(), 1 << 15, [&](int64_t begin, int64_t end) {
-        kernels::adamw_update(value + begin, g + begin, m + begin, v + begin, end - begin, c);
-      });
-    });
-    return;
-  }
-  torch::Tensor value = flat ? value_in.view({-1}) : value_in;
-  torch::Tensor g = flat ? grad.view({-1}) : grad;
-  torch::Tensor m = flat ? m_in.view({-1}) : m_in;
-  torch::Tensor v = flat ? v_in.view({-1}) : v_in;
-  const int64_t n = flat ? value.numel() : 1, slice = flat ? kSliceElements : 1;
-  for (int64_t start = 0; start < n; start += slice) {
-    const int64_t len = std::min(slice, n - start);
-    torch::Tensor pv = flat ? value.narrow(0, start, len) : value;
-    torch::Tensor gv = flat ? g.narrow(0, start, len) : g;
-    if (grad_scale != 1.0) gv = gv.mul(grad_scale);
-    torch::Tensor mv = flat ? m.narrow(0, start, len) : m;
-    torch::Tensor vv = flat ? v.narrow(0, start, len) : v;
-    if (decay) pv.mul_(1.0 - step_lr * config_.weight_decay);
-    mv.mul_(config_.beta1).add_(gv, 1.0 - config_.beta1);
-    vv.mul_(config_.beta2).addcmul_(gv, gv, 1.0 - config_.beta2);
-    torch::Tensor denom = vv.sqrt().div_(std::sqrt(bias2)).add_(config_.eps);
-    pv.addcdiv_(mv, denom, -step_lr / bias1);
-  }
+  // ATen's fused AdamW (what torch.optim.AdamW(fused=True) runs) reads the bias corrections'
+  // step from a float tensor on the parameter's device; it runs on every device and dtype.
+  const torch::Tensor step = torch::full({}, double(steps_), value.options().dtype(torch::kFloat));
+  at::_fused_adamw_({value}, {grad.contiguous()}, {m}, {v}, {}, {step}, lr * p.spec.lr_scale,
+                    config_.beta1, config_.beta2, decay ? config_.weight_decay : 0.0, config_.eps,
+                    /*amsgrad=*/false, /*maximize=*/false);
 }
 
-void AdamW::step(double lr, double grad_scale) {
+void AdamW::step(double lr) {
   begin_step();
   for (size_t i = 0; i < states_.size(); ++i) {
     layers::Parameter& p = store_.all()[i];
     AdamState& s = states_[i];
     if (s.exp_avg.defined() && p.value.grad().defined())
-      update(p, p.value, p.value.grad(), s.exp_avg, s.exp_avg_sq, lr, grad_scale);
+      update(p, p.value, p.value.grad(), s.exp_avg, s.exp_avg_sq, lr);
   }
 }
 

@@ -25,10 +25,9 @@ class AdamW {
   AdamW(layers::ParameterStore& store, const OptimizerConfig& config,
         const std::function<bool(size_t)>& owns = nullptr);
 
-  // One optimizer step of every parameter this rank steps, at learning rate lr, from
-  // grad_scale times each gradient (the clip factor, clip_scale below; .grad() is left as it
-  // was: scaling it first would be one more pass over every gradient).
-  void step(double lr, double grad_scale = 1.0);
+  // One optimizer step of every parameter this rank steps, at learning rate lr (clip the
+  // gradients first: clip_grad_norm, scale_to_norm).
+  void step(double lr);
   // Stepping parameter by parameter (optimizer-in-backward): begin_step() counts the step
   // once, then step_parameter(i, lr) updates parameter i from its .grad() at lr * lr_scale.
   void begin_step() { ++steps_; }
@@ -48,11 +47,10 @@ class AdamW {
   int64_t state_bytes() const;
 
  private:
-  // The AdamW update of p's elements `value` with state m, v from grad_scale * grad, in
-  // place; all four the same shape (the whole parameter or some of its rows).
+  // The AdamW update of p's elements `value` with state m, v from grad, in place, by ATen's
+  // fused AdamW; all four the same shape (the whole parameter or some of its rows).
   void update(const layers::Parameter& p, const torch::Tensor& value, const torch::Tensor& grad,
-              const torch::Tensor& m, const torch::Tensor& v, double lr,
-              double grad_scale = 1.0) const;
+              const torch::Tensor& m, const torch::Tensor& v, double lr) const;
 
   layers::ParameterStore& store_;
   OptimizerConfig config_;

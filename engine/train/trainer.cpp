@@ -419,7 +419,8 @@ StepResult Trainer::train_step() {
     return result;
   }
   if (!in_backward) {
-    optimizer_->step(result.lr, clip_scale(result.grad_norm, config_.optimizer.grad_clip));
+    scale_to_norm(*store_, result.grad_norm, config_.optimizer.grad_clip);
+    optimizer_->step(result.lr);
   }
   if (ZeroPartition* zero = sync_->zero()) zero->all_gather_parameters(*store_);
   result.times.optimizer_s = seconds_since(start);
