@@ -1,12 +1,16 @@
 // tools/engine_convert.cpp: Hugging Face Llama-family models in and out.
-//   engine_convert import HF_DIR CHECKPOINT_DIR
+//   engine_convert import HF_DIR CHECKPOINT_DIR [--force] [--set-latest]
 //   engine_convert export CHECKPOINT_DIR HF_DIR [--dtype F32|BF16|F16] [--shard-size BYTES]
 // Import reads config.json and model.safetensors (or its sharded form) into a Retort
-// checkpoint; export writes config.json and safetensors (sharded above --shard-size, 5 GB by
-// default, with model.safetensors.index.json). A Hugging Face directory can also be used
-// directly as teacher.checkpoint or model.init.from. Bad input: one line "error: ..." and
-// exit code 2.
+// checkpoint; it refuses an existing checkpoint unless --force, and leaves the destination
+// folder's `latest` alone unless --set-latest. Export writes config.json and safetensors
+// (sharded above --shard-size, 5 GB by default, with model.safetensors.index.json), removing
+// the weight files of an earlier export there first. A Hugging Face directory can also be
+// used directly as teacher.checkpoint or model.init.from. Bad input: one line "error: ..."
+// and exit code 2.
 #include <boost/program_options.hpp>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 
 #include "common/process_setup.h"
@@ -14,6 +18,7 @@
 #include "engine/hf/hf_export.h"
 #include "parallel/mpi_runtime.h"
 
+namespace fs = std::filesystem;
 namespace po = boost::program_options;
 using namespace retort;
 
@@ -24,10 +29,15 @@ int convert(int argc, char** argv) {
       "Usage: engine_convert import HF_DIR CHECKPOINT_DIR\n"
       "       engine_convert export CHECKPOINT_DIR HF_DIR [options]");
   std::string dtype = "F32";
-  uint64_t shard_size = 5ull << 30;
+  int64_t shard_size = int64_t(5) << 30;  // signed, so that -5 is refused, not read as 2^64-5
+  hf::ImportOptions import_options;
   visible.add_options()("help,h", "print this help and exit")("dtype", po::value(&dtype),
                                                               "export dtype: F32, BF16 or F16")(
-      "shard-size", po::value(&shard_size), "export: largest safetensors file in bytes");
+      "shard-size", po::value(&shard_size), "export: largest safetensors file in bytes")(
+      "force", po::bool_switch(&import_options.force),
+      "import: replace an existing checkpoint at CHECKPOINT_DIR")(
+      "set-latest", po::bool_switch(&import_options.set_latest),
+      "import: point the `latest` file beside CHECKPOINT_DIR at the import");
   po::options_description all;
   std::vector<std::string> positional;
   all.add(visible).add_options()("args", po::value(&positional));
@@ -47,8 +57,16 @@ int convert(int argc, char** argv) {
   if (positional.size() != 3 || (positional[0] != "import" && positional[0] != "export"))
     throw UserError("expected 'import HF_DIR CHECKPOINT_DIR' or 'export CHECKPOINT_DIR HF_DIR'");
   if (positional[0] == "import") {
-    hf::import_hf(positional[1], positional[2]);
+    hf::import_hf(positional[1], positional[2], import_options);
     std::cout << "imported " << positional[1] << " -> " << positional[2] << "\n";
+    const fs::path latest = fs::path(positional[2]).parent_path() / "latest";
+    if (!import_options.set_latest && fs::is_regular_file(latest)) {
+      std::ifstream in(latest);
+      std::string name;
+      in >> name;
+      std::cout << "left " << latest.string() << " naming '" << name
+                << "' (--set-latest would point it at the import)\n";
+    }
     return 0;
   }
   hf::ExportOptions options;
@@ -56,10 +74,17 @@ int convert(int argc, char** argv) {
   if (!parsed ||
       (*parsed != hf::StDtype::F32 && *parsed != hf::StDtype::BF16 && *parsed != hf::StDtype::F16))
     throw UserError("--dtype: '" + dtype + "' is not F32, BF16 or F16");
-  if (shard_size == 0) throw UserError("--shard-size: must be positive");
+  if (shard_size <= 0)
+    throw UserError("--shard-size: must be a positive number of bytes, got " +
+                    std::to_string(shard_size));
   options.dtype = *parsed;
-  options.shard_bytes = shard_size;
-  hf::export_hf(positional[1], positional[2], options);
+  options.shard_bytes = uint64_t(shard_size);
+  const std::vector<std::string> removed = hf::export_hf(positional[1], positional[2], options);
+  if (!removed.empty()) {
+    std::cout << "removed the weight files of an earlier export:";
+    for (const std::string& name : removed) std::cout << " " << name;
+    std::cout << "\n";
+  }
   std::cout << "exported " << positional[1] << " -> " << positional[2] << "\n";
   return 0;
 }

@@ -118,6 +118,12 @@ int run(int argc, char** argv, const parallel::MpiRuntime& mpi) {
   const Codec codec = choose_tokenizer(tokenizer, positional[0], m.config.vocab_size);
   options.stop_token = codec.stop();
   const std::vector<int64_t> ids = codec.encode(prompt);
+  if (root && vm["context"].defaulted() && m.trained_context > 0 &&
+      int64_t(ids.size()) > m.trained_context)
+    std::cerr << "warning: the prompt is " << ids.size() << " tokens, longer than the "
+              << m.trained_context << " positions the model was trained on; its output past them "
+              << "is unreliable. --context " << m.trained_context
+              << " slides a window of that length instead\n";
   const auto start = std::chrono::steady_clock::now();
   const std::vector<int64_t> out = engine::generate(*m.model, ids, options, !vm.count("no-cache"));
   const double seconds =

@@ -16,6 +16,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/make_directories.h"
 #include "common/user_error.h"
 #include "engine/data/byte_tokenizer.h"
 #include "engine/data/indexed_dataset.h"
@@ -50,6 +51,21 @@ std::vector<fs::path> collect_inputs(const std::vector<std::string>& inputs) {
   return files;
 }
 
+// Text has no NUL bytes (in UTF-8 or any 8-bit encoding); an executable, an archive or an
+// image has many in its first kilobytes.
+void refuse_binary(const std::vector<fs::path>& files) {
+  for (const fs::path& file : files) {
+    std::ifstream in(file, std::ios::binary);
+    std::string head(65536, '\0');
+    in.read(head.data(), std::streamsize(head.size()));
+    head.resize(size_t(in.gcount()));
+    const size_t nul = head.find('\0');
+    if (nul != std::string::npos)
+      throw UserError("input '" + file.string() + "' is not text (a NUL byte at offset " +
+                      std::to_string(nul) + "); pass --allow-binary to tokenize it anyway");
+  }
+}
+
 TokenDtype parse_dtype(const std::string& name) {
   if (name == "uint8") return TokenDtype::UInt8;
   if (name == "uint16") return TokenDtype::UInt16;
@@ -76,6 +92,7 @@ int prepare(int argc, char** argv) {
       "processes tokenizing in parallel (0 = one per core); the output is the same")(
       "chunk-mb", po::value<double>(&chunk_mb)->default_value(64),
       "a .jsonl is cut into units of about this many MB, at line ends")(
+      "allow-binary", "tokenize input files that are not text (holding NUL bytes)")(
       "quiet", "no progress on stderr")("input", po::value<std::vector<std::string>>(),
                                         "input files or directories");
   po::positional_options_description positional;
@@ -112,7 +129,7 @@ int prepare(int argc, char** argv) {
                       std::to_string(tokenizer->vocab_size()) + " ids");
   }
   if (!fs::path(output).parent_path().empty())
-    fs::create_directories(fs::path(output).parent_path());
+    make_directories(fs::path(output).parent_path().string());
   const DocumentEncoder encode = [&](const std::string& text) {
     std::vector<int64_t> ids;
     if (tokenizer) {
@@ -129,11 +146,16 @@ int prepare(int argc, char** argv) {
   prepare.workers = workers > 0 ? workers : int(std::max(1u, std::thread::hardware_concurrency()));
   prepare.chunk_bytes = chunk_mb > 0 ? int64_t(chunk_mb * 1048576.0) : int64_t(64) << 20;
   prepare.progress = !vm.count("quiet");
-  const PrepareStats stats =
-      prepare_corpus(collect_inputs(vm["input"].as<std::vector<std::string>>()), encode, prepare);
+  const std::vector<fs::path> files = collect_inputs(vm["input"].as<std::vector<std::string>>());
+  if (!vm.count("allow-binary")) refuse_binary(files);
+  const PrepareStats stats = prepare_corpus(files, encode, prepare);
   const int64_t documents = stats.documents, tokens = stats.tokens;
   std::cout << "wrote " << output << ".bin/.idx: " << documents << " documents, " << tokens
             << " tokens\n";
+  if (stats.empty_documents > 0)
+    std::cerr << "warning: " << stats.empty_documents << " of the " << documents
+              << " documents are empty (no text but white space); each holds only the "
+                 "tokenizer's own ids\n";
   return 0;
 }
 

@@ -123,7 +123,7 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const AgreedStop& e) {  // every rank stops here together
     if (mpi.world_rank() == 0) std::cerr << "error: " << e.what() << std::endl;
-    return 1;
+    return e.exit_code;
   } catch (const UserError& e) {
     if (mpi.world_rank() == 0) std::cerr << "error: " << e.what() << std::endl;
     parallel::MpiRuntime::abort_all(2);

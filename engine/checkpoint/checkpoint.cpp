@@ -18,6 +18,7 @@
 
 #include "common/crc32c.h"
 #include "common/fault_injection.h"
+#include "common/make_directories.h"
 #include "common/user_error.h"
 #include "engine/checkpoint/h5_tensors.h"
 #include "engine/checkpoint/shard_box.h"
@@ -222,24 +223,40 @@ std::optional<layers::ModelConfig> read_checkpoint_model(const std::string& path
   return model_config_from_json(index.header["model"].dump(), path);
 }
 
+int64_t read_checkpoint_seq_len(const std::string& path) {
+  return read_index(path).header.value("seq_len", int64_t(0));
+}
+
 std::string checkpoint_path(const std::string& run_dir, int64_t step) {
   char name[32];
   std::snprintf(name, sizeof(name), "step_%08lld", static_cast<long long>(step));
   return (fs::path(run_dir) / "checkpoints" / name).string();
 }
 
-std::vector<std::string> complete_checkpoints(const std::string& run_dir) {
+namespace {
+
+std::vector<std::string> step_folders(const std::string& run_dir, bool with_index_only) {
   const fs::path dir = fs::path(run_dir) / "checkpoints";
   std::vector<std::string> steps;  // zero-padded names: lexical order is step order
   if (!fs::is_directory(dir)) return steps;
   for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
     const std::string name = e.path().filename().string();
     if (name.rfind("step_", 0) == 0 && e.path().extension().empty() && e.is_directory() &&
-        fs::is_regular_file(e.path() / kIndex))
+        (!with_index_only || fs::is_regular_file(e.path() / kIndex)))
       steps.push_back(e.path().string());
   }
   std::sort(steps.rbegin(), steps.rend());
   return steps;
+}
+
+}  // namespace
+
+std::vector<std::string> complete_checkpoints(const std::string& run_dir) {
+  return step_folders(run_dir, true);
+}
+
+std::vector<std::string> checkpoint_folders(const std::string& run_dir) {
+  return step_folders(run_dir, false);
 }
 
 void prune_checkpoints(const std::string& run_dir, int64_t keep) {
@@ -267,17 +284,18 @@ std::string resolve_checkpoint(const std::string& target) {
 
 void save_checkpoint(const std::string& path, parallel::Mesh& mesh,
                      const layers::ParameterStore& store, AdamW* optimizer, ZeroPartition* zero,
-                     const TrainingProgress& progress) {
+                     const TrainingProgress& progress, bool point_latest) {
   parallel::Communicator& world = mesh.world();
   const parallel::MeshCoordinates& at = mesh.coordinates();
   const layers::ShardPosition tp{at.tp, mesh.tp().size()};
   const std::string partial = path + ".partial";
   const bool root = mesh.world_rank() == 0;
-  if (root) {
+  // A folder that cannot be made stops every rank with the root's one line.
+  run_agreed_over(&world, [&] {
+    if (!root) return;
     fs::remove_all(partial);  // a save killed earlier
-    fs::create_directories(partial);
-  }
-  world.barrier();
+    make_directories(partial);
+  });
   // This rank's pieces: a parameter's local box from the first DP replica (TP-replicated ones
   // from TP rank 0 too); optimizer state from its ZeRO owner, else like the parameter.
   std::vector<std::pair<std::string, torch::Tensor>> pieces;
@@ -341,6 +359,7 @@ void save_checkpoint(const std::string& path, parallel::Mesh& mesh,
         {"seed", progress.seed},   {"optimizer_steps", optimizer ? optimizer->steps() : 0},
         {"rng_file", rank_file(0)}};
     if (!progress.model_json.empty()) index["model"] = nlohmann::json::parse(progress.model_json);
+    if (progress.seq_len > 0) index["seq_len"] = progress.seq_len;
     nlohmann::json tensors = nlohmann::json::object();
     for (size_t r = 0; r < all.size(); ++r)
       for (const nlohmann::json& p : nlohmann::json::parse(all[r])) {
@@ -364,13 +383,14 @@ void save_checkpoint(const std::string& path, parallel::Mesh& mesh,
     fs::rename(partial, path);
     fsync_path(fs::path(path).parent_path().string());
     if (fault_injected(Fault::KillBeforeLatest)) ::raise(SIGKILL);
-    // Point "latest" at the new checkpoint, through a rename.
-    const fs::path latest = fs::path(path).parent_path() / "latest";
-    {
-      std::ofstream out(latest.string() + ".partial");
-      out << fs::path(path).filename().string() << "\n";
+    if (point_latest) {  // through a rename
+      const fs::path latest = fs::path(path).parent_path() / "latest";
+      {
+        std::ofstream out(latest.string() + ".partial");
+        out << fs::path(path).filename().string() << "\n";
+      }
+      fs::rename(latest.string() + ".partial", latest);
     }
-    fs::rename(latest.string() + ".partial", latest);
   }
   world.barrier();
 }
@@ -430,6 +450,7 @@ TrainingProgress load_checkpoint(const std::string& path, parallel::Mesh& mesh,
   progress.step = index.header.value("step", int64_t(0));
   progress.consumed_samples = index.header.value("consumed_samples", int64_t(0));
   progress.seed = index.header.value("seed", uint64_t(0));
+  progress.seq_len = index.header.value("seq_len", int64_t(0));
   if (optimizer) optimizer->set_steps(index.header.value("optimizer_steps", int64_t(0)));
   return progress;
 }

@@ -29,6 +29,7 @@ struct TrainingProgress {
   int64_t consumed_samples = 0;  // data position
   uint64_t seed = 0;
   std::string model_json;  // the model's shape (model_config_json), stored with it
+  int64_t seq_len = 0;     // the sequence length trained on (data.seq_len); 0 = not recorded
 };
 
 // The shape of a model as JSON, and back; a checkpoint stores it under /model/config_json so
@@ -37,14 +38,17 @@ std::string model_config_json(const layers::ModelConfig& config);
 layers::ModelConfig model_config_from_json(const std::string& json, const std::string& source);
 // The model shape stored in a checkpoint file, if it has one.
 std::optional<layers::ModelConfig> read_checkpoint_model(const std::string& path);
+// The sequence length a checkpoint was trained on, 0 if it does not record one.
+int64_t read_checkpoint_seq_len(const std::string& path);
 
 // Collective over the mesh: shards are gathered to global shape over TP; under pipeline
 // parallelism the stages send theirs to stage 0 over the pipeline group of TP and DP
 // coordinate 0; world rank 0 alone writes the file. Under ZeRO-1 (`zero` non-null) the
 // optimizer state comes from each parameter's owner. Tied copies are not written.
+// point_latest: the parent folder's `latest` file then names this checkpoint.
 void save_checkpoint(const std::string& path, parallel::Mesh& mesh,
                      const layers::ParameterStore& store, AdamW* optimizer, ZeroPartition* zero,
-                     const TrainingProgress& progress);
+                     const TrainingProgress& progress, bool point_latest = true);
 
 // Loads parameters (strict: every name present with the same global shape) and, when
 // optimizer is non-null, the optimizer state, each rank taking its own shard, so any layout
@@ -62,6 +66,9 @@ void prune_checkpoints(const std::string& run_dir, int64_t keep);
 std::string checkpoint_path(const std::string& run_dir, int64_t step);
 // The complete checkpoints of a run directory (with index.json; not .partial), newest first.
 std::vector<std::string> complete_checkpoints(const std::string& run_dir);
+// Every folder of a run directory named like a checkpoint (step_<step>, not .partial), with
+// index.json or without (damaged, or copied in part), newest first.
+std::vector<std::string> checkpoint_folders(const std::string& run_dir);
 // Resolves checkpoint.load: a checkpoint directory is used as is; a run directory means its
 // latest checkpoint.
 std::string resolve_checkpoint(const std::string& checkpoint_or_run_dir);

@@ -109,10 +109,19 @@ TrainConfig make_train_config(const Config& c, int world_size) {
           "known, so it cannot clip by it; set optimizer.grad_clip: 0 (it is " +
               std::to_string(o.grad_clip) + ")");
   const std::vector<int64_t>& profile = t.logging.profile_steps;
-  require(profile.empty() || (profile.size() == 2 && profile[0] <= profile[1]),
-          "logging.profile_steps must be [first, last] with first <= last (steps count from 1), "
-          "or empty; it has " +
+  require(profile.empty() || profile.size() == 2,
+          "logging.profile_steps must be [first, last] (steps count from 1) or empty; it has " +
               std::to_string(profile.size()) + " entries");
+  if (profile.size() == 2) {
+    const std::string given =
+        "[" + std::to_string(profile[0]) + ", " + std::to_string(profile[1]) + "]";
+    require(1 <= profile[0] && profile[0] <= profile[1],
+            "logging.profile_steps = " + given +
+                ": must be [first, last] with 1 <= first <= last (steps count from 1)");
+    require(profile[0] <= t.training.steps,
+            "logging.profile_steps = " + given + " starts after the last step (training.steps=" +
+                std::to_string(t.training.steps) + "), so no trace would be written");
+  }
   const layers::MemoryConfig& mem = t.memory;
   require(!mem.activation_offloading || mem.activation_checkpointing != layers::Checkpointing::none,
           "memory.activation_offloading: true moves what activation checkpointing keeps; set "

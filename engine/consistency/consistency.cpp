@@ -8,6 +8,7 @@
 #include <regex>
 #include <sstream>
 
+#include "common/make_directories.h"
 #include "common/user_error.h"
 #include "engine/checkpoint/h5_tensors.h"
 #include "engine/consistency/replica_invariants.h"
@@ -104,15 +105,8 @@ torch::Tensor as_record(const torch::Tensor& t) {
 
 }  // namespace
 
-void run_consistency_layout(const Config& base, const ConsistencyLayout& layout,
-                            int64_t accumulation, MPI_Comm world, LayoutRecord* record) {
-  int world_rank = 0;
-  MPI_Comm_rank(world, &world_rank);
-  MPI_Comm comm;
-  const bool member = world_rank < layout.ranks();
-  MPI_Comm_split(world, member ? 0 : MPI_UNDEFINED, world_rank, &comm);
-  if (!member) return;
-
+TrainConfig consistency_train_config(const Config& base, const ConsistencyLayout& layout,
+                                     int64_t accumulation) {
   Config config = base;
   const int64_t global_batch = base.get_int("training.global_batch");
   const int64_t micro = global_batch / (layout.data * accumulation);
@@ -133,7 +127,18 @@ void run_consistency_layout(const Config& base, const ConsistencyLayout& layout,
   config.apply_override("checkpoint.save_at_end=false");
   config.apply_override("optimizer.zero_stage=" + std::to_string(layout.zero_stage));
   config.apply_override("training.eval_every=0");
-  TrainConfig train_config = make_train_config(config, layout.ranks());
+  return make_train_config(config, layout.ranks());
+}
+
+void run_consistency_layout(const Config& base, const ConsistencyLayout& layout,
+                            int64_t accumulation, MPI_Comm world, LayoutRecord* record) {
+  int world_rank = 0;
+  MPI_Comm_rank(world, &world_rank);
+  MPI_Comm comm;
+  const bool member = world_rank < layout.ranks();
+  MPI_Comm_split(world, member ? 0 : MPI_UNDEFINED, world_rank, &comm);
+  if (!member) return;
+  const TrainConfig train_config = consistency_train_config(base, layout, accumulation);
 
   parallel::Mesh mesh(train_config.layout, comm);
   Trainer trainer(train_config, nullptr, mesh);
@@ -218,7 +223,7 @@ void run_consistency_layout(const Config& base, const ConsistencyLayout& layout,
 }
 
 void write_record(const std::string& path, const LayoutRecord& record) {
-  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  make_directories(std::filesystem::path(path).parent_path().string());
   H5Handle file{H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose};
   if (file.id < 0) throw UserError("cannot create '" + path + "'");
   std::vector<double> losses, norms;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/config/config.h"
+#include "engine/config/train_config.h"
 
 namespace retort::engine {
 
@@ -53,6 +54,12 @@ struct LayoutRecord {
   std::vector<StepRecord> steps;
   std::vector<std::string> replica_violations;  // "step 2: TP replicas of ... differ"
 };
+
+// The training config of one layout: `base` with the layout's parallel keys, and micro_batch
+// set so that it accumulates `accumulation` micro-batches per step. Bad input (a split that
+// does not fit the model, a batch that does not divide) is a UserError here.
+TrainConfig consistency_train_config(const Config& base, const ConsistencyLayout& layout,
+                                     int64_t accumulation);
 
 // Runs one layout on the ranks of `world` whose rank < layout.ranks(); the others return
 // at once. `base` is the config; micro_batch is set so every layout accumulates

@@ -46,6 +46,10 @@ int run_consistency_command(int argc, char** argv, parallel::MpiRuntime& mpi,
       throw UserError("layout " + n + " needs " + std::to_string(layouts.back().ranks()) +
                       " ranks but mpirun started " + std::to_string(mpi.world_size()));
   }
+  // Every layout is checked before any runs: a bad last one fails in a second, not after
+  // the others have run.
+  for (const ConsistencyLayout& layout : layouts)
+    consistency_train_config(config, layout, accumulation);
   std::vector<LayoutRecord> records(layouts.size());
   for (size_t i = 0; i < layouts.size(); ++i) {
     if (before_layout) before_layout(i);

@@ -4,13 +4,33 @@
 #include "common/user_error.h"
 
 namespace retort::engine {
+namespace {
 
-SampleStreams build_sample_streams(const DataConfig& data, uint64_t seed) {
+std::shared_ptr<const IndexedDataset> open_checked(const std::string& prefix,
+                                                   const VocabularyLimit& vocabulary) {
+  auto dataset = std::make_shared<const IndexedDataset>(prefix);
+  const IndexedDataset::TokenRange range = dataset->token_range();
+  if (range.largest < range.smallest) return dataset;  // no tokens
+  const std::string file = "data file '" + prefix + ".bin'";
+  if (range.smallest < 0)
+    throw UserError(file + " holds token id " + std::to_string(range.smallest) +
+                    "; ids must be >= 0");
+  if (range.largest >= vocabulary.size)
+    throw UserError(file + " holds token ids up to " + std::to_string(range.largest) + ", but " +
+                    vocabulary.key + " is " + std::to_string(vocabulary.size) +
+                    " (ids must be below it); was it tokenized for another model?");
+  return dataset;
+}
+
+}  // namespace
+
+SampleStreams build_sample_streams(const DataConfig& data, uint64_t seed,
+                                   const VocabularyLimit& vocabulary) {
   SampleStreams streams;
   std::vector<std::shared_ptr<TokenWindows>> train, valid;
   std::vector<double> valid_weights;
   for (size_t i = 0; i < data.paths.size(); ++i) {
-    auto dataset = std::make_shared<const IndexedDataset>(data.paths[i]);
+    auto dataset = open_checked(data.paths[i], vocabulary);
     std::vector<int64_t> train_docs, valid_docs;
     const double fraction = data.valid_paths.empty() ? data.valid_fraction : 0.0;
     split_documents(dataset->sequence_count(), fraction, &train_docs, &valid_docs);
@@ -24,7 +44,7 @@ SampleStreams build_sample_streams(const DataConfig& data, uint64_t seed) {
     }
   }
   for (size_t i = 0; i < data.valid_paths.size(); ++i) {
-    auto dataset = std::make_shared<const IndexedDataset>(data.valid_paths[i]);
+    auto dataset = open_checked(data.valid_paths[i], vocabulary);
     std::vector<int64_t> all_docs;
     for (int64_t d = 0; d < dataset->sequence_count(); ++d) all_docs.push_back(d);
     valid.push_back(std::make_shared<TokenWindows>(dataset, all_docs, data.seq_len, seed + i));

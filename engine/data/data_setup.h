@@ -3,6 +3,7 @@
 // uses data.valid_paths), and blends the sources by weight.
 #pragma once
 #include <memory>
+#include <string>
 
 #include "engine/config/train_config.h"
 #include "engine/data/blended_samples.h"
@@ -15,6 +16,16 @@ struct SampleStreams {
   int64_t train_tokens = 0;
 };
 
-SampleStreams build_sample_streams(const DataConfig& data, uint64_t seed);
+// The ids a model can take: below `size`, named by `key` in errors (model.vocab_size, or the
+// teacher's vocabulary when that is smaller).
+struct VocabularyLimit {
+  int64_t size = 0;
+  std::string key;
+};
+
+// Every dataset (data.paths and data.valid_paths) is checked against `vocabulary` first: a
+// token id outside [0, vocabulary.size) stops with one line naming the file, the id and the key.
+SampleStreams build_sample_streams(const DataConfig& data, uint64_t seed,
+                                   const VocabularyLimit& vocabulary);
 
 }  // namespace retort::engine

@@ -6,8 +6,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <limits>
 
 #include "common/user_error.h"
 
@@ -36,12 +38,36 @@ void* map_file(const std::string& path, size_t* size) {
   return map;
 }
 
-template <typename T>
-void widen(const uint8_t* src, int64_t count, int64_t* out) {
+// Calls f(T{}) with T the C++ type of `dtype`'s tokens.
+template <typename F>
+void with_token_type(TokenDtype dtype, F&& f) {
+  switch (dtype) {
+    case TokenDtype::UInt8:
+      return f(uint8_t{});
+    case TokenDtype::Int8:
+      return f(int8_t{});
+    case TokenDtype::Int16:
+      return f(int16_t{});
+    case TokenDtype::UInt16:
+      return f(uint16_t{});
+    case TokenDtype::Int32:
+      return f(int32_t{});
+    case TokenDtype::Int64:
+      return f(int64_t{});
+    case TokenDtype::Float32:
+      return f(float{});
+    case TokenDtype::Float64:
+      return f(double{});
+  }
+}
+
+// Calls f(i, token i as int64) for the `count` tokens of type T at src (unaligned: memcpy).
+template <typename T, typename F>
+void for_each_token(const uint8_t* src, int64_t count, F&& f) {
   for (int64_t i = 0; i < count; ++i) {
     T v;
     std::memcpy(&v, src + i * sizeof(T), sizeof(T));
-    out[i] = static_cast<int64_t>(v);
+    f(i, static_cast<int64_t>(v));
   }
 }
 
@@ -138,37 +164,29 @@ void IndexedDataset::read(int64_t seq, int64_t offset, int64_t count, int64_t* o
     throw std::out_of_range("IndexedDataset::read outside sequence " + std::to_string(seq));
   const size_t item = dtype_size(dtype_);
   const uint8_t* src = bin_ + pointer(seq) + offset * item;
-  switch (dtype_) {
-    case TokenDtype::UInt8:
-      return widen<uint8_t>(src, count, out);
-    case TokenDtype::Int8:
-      return widen<int8_t>(src, count, out);
-    case TokenDtype::Int16:
-      return widen<int16_t>(src, count, out);
-    case TokenDtype::Int32:
-      return widen<int32_t>(src, count, out);
-    case TokenDtype::Int64:
-      return widen<int64_t>(src, count, out);
-    case TokenDtype::Float64:
-      return widen<double>(src, count, out);
-    case TokenDtype::Float32:
-      return widen<float>(src, count, out);
-    case TokenDtype::UInt16:
-      return widen<uint16_t>(src, count, out);
+  with_token_type(dtype_, [&](auto type) {
+    for_each_token<decltype(type)>(src, count, [&](int64_t i, int64_t token) { out[i] = token; });
+  });
+}
+
+IndexedDataset::TokenRange IndexedDataset::token_range() const {
+  TokenRange range{std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::min()};
+  for (int64_t seq = 0; seq < sequence_count_; ++seq) {
+    const uint8_t* src = bin_ + pointer(seq);
+    const int64_t count = sequence_length(seq);
+    with_token_type(dtype_, [&](auto type) {
+      for_each_token<decltype(type)>(src, count, [&](int64_t, int64_t token) {
+        range.smallest = std::min(range.smallest, token);
+        range.largest = std::max(range.largest, token);
+      });
+    });
   }
+  if (range.largest < range.smallest) return {};
+  return range;
 }
 
 IndexedDatasetWriter::IndexedDatasetWriter(const std::string& prefix, TokenDtype dtype)
     : prefix_(prefix), dtype_(dtype) {}
-
-namespace {
-// Writes token t at dst as the little-endian T of the dataset's dtype.
-template <typename T>
-void store_as(int64_t t, uint8_t* dst) {
-  const T v = static_cast<T>(t);
-  std::memcpy(dst, &v, sizeof(T));
-}
-}  // namespace
 
 void IndexedDatasetWriter::add_document(const std::vector<int64_t>& tokens) {
   const size_t item = dtype_size(dtype_);
@@ -176,33 +194,10 @@ void IndexedDatasetWriter::add_document(const std::vector<int64_t>& tokens) {
   bin_.resize(start + tokens.size() * item);
   uint8_t* dst = bin_.data() + start;
   for (size_t i = 0; i < tokens.size(); ++i, dst += item) {
-    const int64_t t = tokens[i];
-    switch (dtype_) {
-      case TokenDtype::UInt8:
-        store_as<uint8_t>(t, dst);
-        break;
-      case TokenDtype::Int8:
-        store_as<int8_t>(t, dst);
-        break;
-      case TokenDtype::Int16:
-        store_as<int16_t>(t, dst);
-        break;
-      case TokenDtype::UInt16:
-        store_as<uint16_t>(t, dst);
-        break;
-      case TokenDtype::Int32:
-        store_as<int32_t>(t, dst);
-        break;
-      case TokenDtype::Int64:
-        store_as<int64_t>(t, dst);
-        break;
-      case TokenDtype::Float32:
-        store_as<float>(t, dst);
-        break;
-      case TokenDtype::Float64:
-        store_as<double>(t, dst);
-        break;
-    }
+    with_token_type(dtype_, [&](auto type) {
+      const decltype(type) v = static_cast<decltype(type)>(tokens[i]);
+      std::memcpy(dst, &v, sizeof v);
+    });
   }
   lengths_.push_back(static_cast<int32_t>(tokens.size()));
 }

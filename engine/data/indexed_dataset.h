@@ -39,6 +39,12 @@ class IndexedDataset {
   // Copies `count` tokens of sequence `seq` starting at `offset` into out, as int64.
   void read(int64_t seq, int64_t offset, int64_t count, int64_t* out) const;
 
+  // The smallest and largest token id of every sequence, by one pass over the .bin.
+  struct TokenRange {
+    int64_t smallest = 0, largest = -1;  // largest < smallest: no tokens
+  };
+  TokenRange token_range() const;
+
  private:
   std::string prefix_;
   TokenDtype dtype_ = TokenDtype::UInt16;

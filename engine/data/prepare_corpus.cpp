@@ -72,6 +72,7 @@ PrepareStats process_unit(const Unit& unit, const DocumentEncoder& encode,
     const std::vector<int64_t> ids = encode(document);
     stats.tokens += int64_t(ids.size());
     ++stats.documents;
+    if (document.find_first_not_of(" \t\r\n") == std::string::npos) ++stats.empty_documents;
     writer.add_document(ids);
   };
   if (!unit.jsonl) {
@@ -130,7 +131,7 @@ std::string part_prefix(const std::string& output, size_t unit) {
 
 // What a worker tells the parent after each unit (written whole: smaller than PIPE_BUF).
 struct Report {
-  int64_t unit, bytes, documents, tokens;
+  int64_t unit, bytes, documents, tokens, empty_documents;
 };
 
 }  // namespace
@@ -148,6 +149,7 @@ PrepareStats prepare_corpus(const std::vector<fs::path>& files, const DocumentEn
     for (const Unit& unit : units) {
       const PrepareStats s = process_unit(unit, encode, writer);
       done.bytes += s.bytes, done.documents += s.documents, done.tokens += s.tokens;
+      done.empty_documents += s.empty_documents;
       progress.update(done);
     }
     writer.finish();
@@ -172,7 +174,7 @@ PrepareStats prepare_corpus(const std::vector<fs::path>& files, const DocumentEn
         IndexedDatasetWriter writer(part_prefix(options.output, u), options.dtype);
         const PrepareStats s = process_unit(units[u], encode, writer);
         writer.finish();
-        const Report report{int64_t(u), s.bytes, s.documents, s.tokens};
+        const Report report{int64_t(u), s.bytes, s.documents, s.tokens, s.empty_documents};
         if (write(pipe_fds[1], &report, sizeof report) != ssize_t(sizeof report)) status = 3;
       }
     } catch (const UserError& e) {
@@ -188,6 +190,7 @@ PrepareStats prepare_corpus(const std::vector<fs::path>& files, const DocumentEn
   while (read(pipe_fds[0], &report, sizeof report) == ssize_t(sizeof report)) {
     ++reported;
     done.bytes += report.bytes, done.documents += report.documents, done.tokens += report.tokens;
+    done.empty_documents += report.empty_documents;
     progress.update(done);
   }
   close(pipe_fds[0]);

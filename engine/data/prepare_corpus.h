@@ -25,6 +25,7 @@ struct PrepareOptions {
 
 struct PrepareStats {
   int64_t documents = 0, tokens = 0, bytes = 0;
+  int64_t empty_documents = 0;  // no text but white space (kept: the tokenizer's ids only)
 };
 
 using DocumentEncoder = std::function<std::vector<int64_t>(const std::string& text)>;

@@ -30,10 +30,12 @@ InferenceModel load_inference_model(const std::string& path, parallel::Mesh& mes
   m.source = hf ? path : resolve_checkpoint(path);
   if (hf) {
     m.config = hf::read_hf_config(path);
+    m.trained_context = hf::read_hf_max_positions(path);
   } else {
     std::optional<layers::ModelConfig> stored = read_checkpoint_model(m.source);
     if (!stored) throw UserError("checkpoint '" + m.source + "' does not record its model shape");
     m.config = *stored;
+    m.trained_context = read_checkpoint_seq_len(m.source);
   }
   layers::TensorParallel tp;
   tp.group = &mesh.tp();

@@ -26,6 +26,9 @@ struct InferenceModel {
   std::unique_ptr<layers::ParameterStore> store;
   std::unique_ptr<layers::LlamaModel> model;
   std::string source;  // the checkpoint or directory it came from
+  // The positions it was trained on (a checkpoint's seq_len, config.json's
+  // max_position_embeddings); 0 = not recorded.
+  int64_t trained_context = 0;
 };
 
 // Collective over mesh (its layout must be TP only). dtype: kFloat or kDouble.

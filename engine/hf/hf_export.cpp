@@ -7,7 +7,9 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 
+#include "common/make_directories.h"
 #include "common/user_error.h"
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/hf/hf_model.h"
@@ -45,6 +47,13 @@ std::vector<std::string> export_order(std::vector<std::string> names) {
   return names;
 }
 
+// The weight files an earlier export may have left in dir (and their .partial leftovers).
+bool is_export_weight_file(const std::string& name) {
+  static const std::regex pattern(
+      R"((model\.safetensors|model-\d{5}-of-\d{5}\.safetensors|model\.safetensors\.index\.json)(\.partial)?)");
+  return std::regex_match(name, pattern);
+}
+
 void write_text(const fs::path& path, const std::string& text) {
   {
     std::ofstream out(path.string() + ".partial");
@@ -56,8 +65,8 @@ void write_text(const fs::path& path, const std::string& text) {
 
 }  // namespace
 
-void export_hf(const std::string& checkpoint, const std::string& out_dir,
-               const ExportOptions& options) {
+std::vector<std::string> export_hf(const std::string& checkpoint, const std::string& out_dir,
+                                   const ExportOptions& options) {
   const std::optional<layers::ModelConfig> config = engine::read_checkpoint_model(checkpoint);
   if (!config)
     throw UserError("'" + checkpoint + "' has no model description (/model/config_json)");
@@ -86,7 +95,19 @@ void export_hf(const std::string& checkpoint, const std::string& out_dir,
     shard_size += bytes;
     total += bytes;
   }
-  fs::create_directories(out_dir);
+  make_directories(out_dir);
+  std::vector<std::string> removed;
+  for (const fs::directory_entry& e : fs::directory_iterator(out_dir)) {
+    const std::string name = e.path().filename().string();
+    if (!e.is_regular_file() || !is_export_weight_file(name)) continue;
+    std::error_code error;
+    fs::remove(e.path(), error);
+    if (error)
+      throw UserError("cannot remove '" + e.path().string() +
+                      "' of an earlier export: " + error.message());
+    removed.push_back(name);
+  }
+  std::sort(removed.begin(), removed.end());
   nlohmann::json weight_map = nlohmann::json::object();
   for (size_t s = 0; s < shards.size(); ++s) {
     char name[64];
@@ -109,10 +130,26 @@ void export_hf(const std::string& checkpoint, const std::string& out_dir,
     write_text(fs::path(out_dir) / "model.safetensors.index.json", index.dump(2) + "\n");
   }
   write_text(fs::path(out_dir) / "config.json", hf_config_json(*config));
+  return removed;
 }
 
-void import_hf(const std::string& hf_dir, const std::string& checkpoint) {
+void import_hf(const std::string& hf_dir, const std::string& checkpoint,
+               const ImportOptions& options) {
   if (!is_hf_model_dir(hf_dir)) throw UserError("'" + hf_dir + "' has no config.json");
+  // Nothing already saved is lost by mistake: an existing checkpoint is replaced only when
+  // asked, and a folder that is not one (a run directory, say) never.
+  const fs::path dest(checkpoint);
+  if (fs::exists(dest)) {
+    const bool empty_folder = fs::is_directory(dest) && fs::is_empty(dest);
+    const bool is_checkpoint = fs::is_regular_file(dest / "index.json");
+    if (!empty_folder && !is_checkpoint)
+      throw UserError("'" + checkpoint +
+                      "' exists and is not a Retort checkpoint; import into a new folder");
+    if (is_checkpoint && !options.force)
+      throw UserError("'" + checkpoint +
+                      "' is an existing checkpoint; import into a new folder, or pass --force to "
+                      "replace it (its parameters and optimizer state are lost)");
+  }
   const layers::ModelConfig config = read_hf_config(hf_dir);
   std::unique_ptr<parallel::Mesh> mesh = parallel::Mesh::single_process();
   layers::ParameterStore store(0, torch::kFloat);
@@ -120,7 +157,7 @@ void import_hf(const std::string& hf_dir, const std::string& checkpoint) {
   load_hf_parameters(hf_dir, config, store, {});
   engine::TrainingProgress progress;
   progress.model_json = engine::model_config_json(config);
-  engine::save_checkpoint(checkpoint, *mesh, store, nullptr, nullptr, progress);
+  engine::save_checkpoint(checkpoint, *mesh, store, nullptr, nullptr, progress, options.set_latest);
 }
 
 }  // namespace retort::hf

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "engine/hf/safetensors.h"
 
@@ -17,13 +18,26 @@ struct ExportOptions {
 };
 
 // `checkpoint`: a Retort checkpoint directory (with its model description). The directory is
-// created; files already there under the same names are replaced whole (each written to a
-// .partial name and renamed).
-void export_hf(const std::string& checkpoint, const std::string& out_dir,
-               const ExportOptions& options);
+// created. The weight files of an earlier export there (model.safetensors,
+// model-*-of-*.safetensors, model.safetensors.index.json) are removed first, so that what is
+// read back is exactly what this export wrote; other files (a tokenizer, say) are kept.
+// Returns the names of the files removed.
+std::vector<std::string> export_hf(const std::string& checkpoint, const std::string& out_dir,
+                                   const ExportOptions& options);
+
+struct ImportOptions {
+  // Replace an existing checkpoint (or empty folder) at the destination; anything else there
+  // is refused even so.
+  bool force = false;
+  // Point the parent folder's `latest` at the import (a run's checkpoints/ folder: the next
+  // `checkpoint.load: auto` or engine_generate of that run would then take the import).
+  bool set_latest = false;
+};
 
 // A Hugging Face directory to a Retort checkpoint directory (parameters and the model
-// description, step 0), through a one-process model in float32.
-void import_hf(const std::string& hf_dir, const std::string& checkpoint);
+// description, step 0), through a one-process model in float32. An existing destination is
+// refused unless options.force.
+void import_hf(const std::string& hf_dir, const std::string& checkpoint,
+               const ImportOptions& options = {});
 
 }  // namespace retort::hf

@@ -64,6 +64,12 @@ bool is_hf_model_dir(const std::string& path) {
   return fs::is_directory(path) && fs::is_regular_file(fs::path(path) / "config.json");
 }
 
+int64_t read_hf_max_positions(const std::string& dir) {
+  const nlohmann::json j = read_json((fs::path(dir) / "config.json").string());
+  const auto it = j.find("max_position_embeddings");
+  return it != j.end() && it->is_number_integer() ? it->get<int64_t>() : 0;
+}
+
 layers::ModelConfig read_hf_config(const std::string& dir) {
   const std::string source = (fs::path(dir) / "config.json").string();
   const nlohmann::json j = read_json(source);

@@ -30,6 +30,8 @@ bool is_hf_model_dir(const std::string& path);
 // another model_type or hidden_act, rope_scaling, a head_dim other than hidden / heads,
 // attention_bias on a Llama (it biases o_proj too), a mlp_bias.
 layers::ModelConfig read_hf_config(const std::string& dir);
+// config.json's max_position_embeddings (the context it was trained for), 0 without one.
+int64_t read_hf_max_positions(const std::string& dir);
 // ModelConfig -> config.json text (model_type qwen2 with qkv bias, mistral with a window,
 // else llama).
 std::string hf_config_json(const layers::ModelConfig& config);

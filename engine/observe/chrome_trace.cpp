@@ -10,6 +10,7 @@
 #include <sstream>
 #include <vector>
 
+#include "common/make_directories.h"
 #include "common/user_error.h"
 
 namespace retort::engine {
@@ -53,7 +54,7 @@ std::string ChromeTrace::stop_and_write(const std::string& dir, parallel::Commun
                     {"ph", "M"},
                     {"pid", world.rank()},
                     {"args", {{"name", "rank " + std::to_string(world.rank())}}}});
-  fs::create_directories(dir);
+  make_directories(dir);
   char file[32];
   std::snprintf(file, sizeof(file), "trace_rank_%05d.json", world.rank());
   {

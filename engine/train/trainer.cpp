@@ -9,9 +9,11 @@
 #include <ostream>
 
 #include "common/fault_injection.h"
+#include "common/make_directories.h"
 #include "common/resident_memory.h"
 #include "common/trace_span.h"
 #include "common/user_error.h"
+#include "engine/checkpoint/stage_agreement.h"
 #include "engine/data/batches.h"
 #include "engine/hf/hf_model.h"
 #include "engine/observe/chrome_trace.h"
@@ -125,16 +127,22 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
   shared_gradient_bytes_ =
       sync_->shared_bytes() + (head_stepper_ ? head_stepper_->shared_bytes() : 0);
   memory.add_outside(MemoryCategory::gradients, shared_gradient_bytes_);
-  streams_ = build_sample_streams(config_.data, config_.seed);
+  VocabularyLimit vocabulary{config_.model.vocab_size, "model.vocab_size"};
+  if (teacher_ && teacher_->config().vocab_size < vocabulary.size)
+    vocabulary = {teacher_->config().vocab_size, "the teacher's vocab_size"};
+  streams_ = build_sample_streams(config_.data, config_.seed, vocabulary);
 
   progress_.seed = config_.seed;
   progress_.model_json = model_config_json(config_.model);
+  progress_.seq_len = config_.data.seq_len;
 
   if (config_.checkpoint.load == "auto") {
-    // The newest complete checkpoint of run.dir that loads (its checksums hold); a damaged
-    // one is reported and the one before it tried. None at all: a fresh start.
+    // The newest checkpoint of run.dir that loads (its index.json is there and its checksums
+    // hold); a damaged one is reported and the one before it tried, never skipped in silence.
+    // None at all: a fresh start.
     std::string path;
-    for (const std::string& candidate : complete_checkpoints(config_.run_dir)) {
+    const std::vector<std::string> candidates = checkpoint_folders(config_.run_dir);
+    for (const std::string& candidate : candidates) {
       try {
         progress_ = load_checkpoint(candidate, mesh_, *store_, optimizer_.get());
         path = candidate;
@@ -143,9 +151,10 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
         log_line("checkpoint.load=auto: skipping " + candidate + ": " + e.what());
       }
     }
-    if (path.empty() && !complete_checkpoints(config_.run_dir).empty())
+    if (path.empty() && !candidates.empty())
       throw UserError("checkpoint.load=auto: no checkpoint of '" + config_.run_dir +
-                      "' loads (each was reported above)");
+                      "' loads (each was reported above); repair or move them away, or start "
+                      "fresh over them with checkpoint.load=''");
     if (path.empty())
       log_line("checkpoint.load=auto: no checkpoint in " + config_.run_dir + ", starting fresh");
     else
@@ -166,6 +175,7 @@ Trainer::~Trainer() {
 
 void Trainer::finish_resume(const std::string& path) {
   progress_.model_json = model_config_json(config_.model);
+  progress_.seq_len = config_.data.seq_len;
   if (progress_.seed != static_cast<uint64_t>(config_.seed))
     throw UserError("checkpoint '" + path + "' was trained with seed " +
                     std::to_string(progress_.seed) + " but the config has seed " +
@@ -512,10 +522,17 @@ std::vector<StepResult> Trainer::run() {
   const TrainingConfig& t = config_.training;
   std::unique_ptr<MetricsFile> metrics;
   std::unique_ptr<TensorBoardWriter> events;
-  if (is_root()) {
-    fs::create_directories(config_.run_dir);
-    metrics = std::make_unique<MetricsFile>((fs::path(config_.run_dir) / "metrics.jsonl").string());
-    if (config_.logging.tensorboard) events = std::make_unique<TensorBoardWriter>(config_.run_dir);
+  try {  // a run folder that cannot be made stops every rank with the root's one line
+    run_agreed_over(&mesh_.world(), [&] {
+      if (!is_root()) return;
+      make_directories(config_.run_dir);
+      metrics =
+          std::make_unique<MetricsFile>((fs::path(config_.run_dir) / "metrics.jsonl").string());
+      if (config_.logging.tensorboard)
+        events = std::make_unique<TensorBoardWriter>(config_.run_dir);
+    });
+  } catch (const UserError& e) {
+    throw AgreedStop(e.what(), 2);
   }
   MemoryTracker::install();
   std::vector<StepResult> results;
@@ -529,6 +546,11 @@ std::vector<StepResult> Trainer::run() {
   double interval_comm_start = parallel::exposed_communication_seconds();
   int64_t interval_steps = 0;
   const std::vector<int64_t>& profile = config_.logging.profile_steps;
+  if (!profile.empty() && progress_.step + 1 > profile[0])
+    log_line("warning: logging.profile_steps = [" + std::to_string(profile[0]) + ", " +
+             std::to_string(profile[1]) + "] starts before step " +
+             std::to_string(progress_.step + 1) +
+             ", where this run resumes; no trace will be written");
   ChromeTrace trace;
   while (progress_.step < t.steps) {
     if (!profile.empty() && progress_.step + 1 == profile[0]) trace.start();

@@ -1,7 +1,7 @@
 // tests/unit/trainer_test.cpp: end-to-end training on the shipped corpus: the loss falls
 // from about ln(256) far below it; 2N steps in one run equal N steps, save, resume, N steps
-// (identical losses and parameters, bitwise), also with the optimizer step inside backward
-// and when switching it at resume; and a run is reproducible from its seed.
+// (identical losses, parameters and checkpoint headers), also with the optimizer step inside
+// backward and when switching it at resume; and a run is reproducible from its seed.
 #include "engine/train/trainer.h"
 
 #include <gtest/gtest.h>
@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "engine/config/config.h"
 
@@ -29,6 +31,15 @@ TrainConfig tiny(const std::string& run_dir, std::vector<std::string> overrides)
                                   "runtime.peak_gflops=100"};
   all.insert(all.end(), overrides.begin(), overrides.end());
   return make_train_config(Config::load(RETORT_TEST_CONFIGS "/tiny.yaml", all), 1);
+}
+
+// The index.json of a run's last checkpoint, less its tensor table.
+nlohmann::json read_index_header(const std::string& run_dir) {
+  std::ifstream in(fs::path(run_dir) / "checkpoints" / "step_00000008" / "index.json");
+  EXPECT_TRUE(in.good()) << run_dir << " has no step-8 checkpoint";
+  nlohmann::json index = nlohmann::json::parse(in, nullptr, false);
+  if (index.is_object()) index.erase("tensors");
+  return index;
 }
 
 std::string fresh_dir(const std::string& name) {
@@ -98,6 +109,15 @@ void expect_resume_equals_uninterrupted(const std::string& name,
         << a[i].spec.name;
   }
   EXPECT_EQ(straight.optimizer().steps(), resumed.optimizer().steps());
+  // Both runs end with a checkpoint (checkpoint.save_at_end): the resumed run's header records
+  // what the uninterrupted run's does, the data position included (8 steps of 8 samples).
+  const nlohmann::json straight_header = read_index_header(straight_dir),
+                       resumed_header = read_index_header(split_dir);
+  EXPECT_EQ(straight_header.value("consumed_samples", -1), 8 * 8);
+  for (const char* key : {"step", "consumed_samples", "optimizer_steps", "seed", "seq_len"})
+    EXPECT_EQ(resumed_header.value(key, nlohmann::json()),
+              straight_header.value(key, nlohmann::json()))
+        << key;
 }
 
 }  // namespace
