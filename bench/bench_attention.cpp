@@ -1,7 +1,7 @@
 // bench/bench_attention.cpp: the causal attention core alone, forward and backward, at one
 // sequence length: layers::blocked_attention (fused CPU kernels) for several query-block and
 // key-tile sizes (and the default one with its tile products through the BLAS instead of
-// layers/tile_gemm.h), ATen's scaled_dot_product_attention (causal; libtorch 2.x's fused CPU
+// kernels/tile_gemm.h), ATen's scaled_dot_product_attention (causal; libtorch 2.x's fused CPU
 // kernel, alternated with the default blocked form) and the dense grouped attention, each
 // timed over a few repetitions after a warm-up, with GFLOP/s counted as the training FLOP count
 // does (QK^T and PV over the causal half: 4 h d s(s+1)/2 forward, twice that backward; the
@@ -20,7 +20,7 @@
 #include "common/process_setup.h"
 #include "layers/blocked_attention.h"
 #include "layers/functional.h"
-#include "layers/tile_gemm.h"
+#include "kernels/tile_gemm.h"
 
 using namespace retort;
 
@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
                     (long long)tile);
       report(name, [&] { return layers::blocked_attention(q, k, v, 0, rows, tile); });
     }
-  // The default tiling with its products through layers/tile_gemm.h and through the BLAS,
+  // The default tiling with its products through kernels/tile_gemm.h and through the BLAS,
   // and ATen's fused attention, alternated 8 times (this machine's speed drifts), medians and
   // bests of fwd+bwd.
   const char* const way_names[3] = {"blocked rows 128, key tile 512, products by tile_gemm",
@@ -92,7 +92,7 @@ int main(int argc, char** argv) {
   std::vector<double> rates[3];
   for (int round = 0; round < 8; ++round)
     for (int way = 0; way < 3; ++way) {
-      layers::kernels::set_tile_gemm_enabled(way != 1);
+      kernels::set_tile_gemm_enabled(way != 1);
       const double both = seconds(
           [&] {
             q.mutable_grad().reset();
@@ -106,7 +106,7 @@ int main(int argc, char** argv) {
           3);
       rates[way].push_back(3 * forward_flops / both / 1e9);
     }
-  layers::kernels::set_tile_gemm_enabled(true);
+  kernels::set_tile_gemm_enabled(true);
   for (int way = 0; way < 3; ++way) {
     std::sort(rates[way].begin(), rates[way].end());
     std::printf("| %s (8 alternating rounds) | - | - | median | %.1f (best %.1f) |\n",

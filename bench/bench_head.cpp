@@ -1,6 +1,6 @@
 // bench/bench_head.cpp: the fused LM head and cross-entropy (layers/vocab_parallel.h) on one
 // rank, forward and backward, with its element-wise steps as Retort's row loops
-// (layers/cpu_kernels.h: one pass per row for the softmax, the loss and its gradient) and as
+// (kernels/row_loops.h: one pass per row for the softmax, the loss and its gradient) and as
 // the torch ops it runs under TP (max, exp, sum, gather, scatter over the chunk), alternated
 // in every round, median and best of the rounds. The shapes are the issue-12 model's head:
 // 1024 tokens, hidden 512, vocabulary 32000, chunks of 256 tokens.

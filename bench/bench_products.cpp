@@ -4,7 +4,7 @@
 // input gradient dx = dy W, weight gradient dW += dy^T x), three ways, alternating in each
 // round, best of the rounds:
 //  - blas:      torch::mm_out / addmm_ (libtorch's BLAS, MKL in the wheel, as the step calls it);
-//  - tile:      layers/tile_gemm.h's AVX-512 register blocks, the output's 32-column panels split
+//  - tile:      kernels/tile_gemm.h's AVX-512 register blocks, the output's 32-column panels split
 //               over the threads, each thread packing its own panels of B inside the call (what an
 //               engine using it would pay each time);
 //  - tile, B packed beforehand: the same with the packing outside the timing, the most any
@@ -28,10 +28,10 @@
 #include "bench_args.h"
 #include "common/compute_threads.h"
 #include "common/process_setup.h"
-#include "layers/tile_gemm.h"
+#include "kernels/tile_gemm.h"
 
 using namespace retort;
-namespace kernels = retort::layers::kernels;
+namespace kernels = retort::kernels;
 
 namespace {
 

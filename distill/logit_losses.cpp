@@ -7,7 +7,7 @@
 #include <limits>
 
 #include "common/user_error.h"
-#include "distill/logit_kernels.h"
+#include "kernels/logit_kernels.h"
 #include "layers/linear_products.h"
 
 namespace retort::distill {
@@ -117,7 +117,7 @@ TokenStats empty_stats(const LossSetup& L, const torch::Tensor& targets,
   return st;
 }
 
-// The one-pass loops (distill/logit_kernels.h) take the dense losses on CPU float or double
+// The one-pass loops (kernels/logit_kernels.h) take the dense losses on CPU float or double
 // logits whose rows are contiguous, and with the cross-entropy only at T = 1, where its
 // softmax is the logit loss's q. The choice depends on nothing rank-specific, so every rank
 // of a TP group takes the same path and joins the same collectives.

@@ -8,7 +8,7 @@
 #include <limits>
 
 #include "common/trace_span.h"
-#include "layers/attention_kernels.h"
+#include "kernels/attention_kernels.h"
 #include "layers/functional.h"
 
 namespace retort::layers {

@@ -3,7 +3,7 @@
 
 #include <ATen/Parallel.h>
 
-#include "layers/cpu_kernels.h"
+#include "kernels/row_loops.h"
 #include "layers/functional.h"
 
 namespace retort::layers {

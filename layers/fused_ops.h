@@ -1,5 +1,5 @@
 // layers/fused_ops.h: the element-wise parts of a Llama block as single autograd functions
-// with hand-written backward passes over layers/cpu_kernels loops. Each one does in one pass
+// with hand-written backward passes over kernels/row_loops.h loops. Each one does in one pass
 // what the composed torch ops of layers/functional.h do in several, and saves less for
 // backward:
 //   rms_norm: saves x and one inverse RMS per row (torch's composition also keeps x^2-sized

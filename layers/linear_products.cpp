@@ -4,12 +4,12 @@
 #include <vector>
 
 #include "layers/grad_destinations.h"
-#include "layers/tile_gemm.h"
+#include "kernels/tile_gemm.h"
 
 namespace retort::layers {
 namespace {
 
-namespace kernels = retort::layers::kernels;
+namespace kernels = retort::kernels;
 
 // The tile loops take the product when the CPU runs them, the operands are fp32 on the CPU,
 // A's rows are contiguous, no autograd graph is being recorded through them (they work on raw

@@ -1,5 +1,5 @@
 // layers/linear_products.h: the linear layers' two weight products, forward y = x W^T and input
-// gradient dx = dy W, each run by our AVX-512 tile loops (layers/tile_gemm.h) where those beat
+// gradient dx = dy W, each run by our AVX-512 tile loops (kernels/tile_gemm.h) where those beat
 // the BLAS and by torch::matmul elsewhere, and LinearProduct, the autograd function of
 // y = x W^T that uses them (its weight gradient dW = dy^T x stays with the BLAS).
 //

@@ -7,7 +7,7 @@
 #include <atomic>
 #include <limits>
 
-#include "layers/cpu_kernels.h"
+#include "kernels/row_loops.h"
 #include "layers/linear_products.h"
 
 namespace retort::layers {
@@ -70,7 +70,7 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
   }
 };
 
-// The fused head's element-wise steps run as row loops (layers/cpu_kernels.h) for CPU float
+// The fused head's element-wise steps run as row loops (kernels/row_loops.h) for CPU float
 // and double alone on the vocabulary, else as torch ops combined over the TP group.
 std::atomic<bool> head_row_loops_enabled{true};
 

@@ -38,7 +38,7 @@ torch::Tensor fused_head_cross_entropy_sum(const torch::Tensor& x, const torch::
                                            const TensorParallel& tp, int64_t chunk_tokens,
                                            HeadGradSink* weight_grad_sink = nullptr);
 
-// Whether the fused head may run its element-wise steps as row loops (layers/cpu_kernels.h)
+// Whether the fused head may run its element-wise steps as row loops (kernels/row_loops.h)
 // where they apply (one rank, CPU fp32/fp64); off, it runs them as torch ops, as under TP.
 // On by default; bench_head turns it off to measure the two against each other.
 void set_head_row_loops_enabled(bool enabled);

@@ -16,7 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "common/crc32c.h"
+#include "kernels/crc32c.h"
 #include "common/fault_injection.h"
 #include "common/make_directories.h"
 #include "common/user_error.h"

@@ -10,7 +10,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "common/crc32c.h"
+#include "kernels/crc32c.h"
 #include "common/user_error.h"
 
 namespace retort::engine {

@@ -1,5 +1,5 @@
 // tests/unit/attention_schedule_test.cpp: the attention kernels' work items
-// (layers/attention_kernels.h) give the same bits whatever thread takes which item and when.
+// (kernels/attention_kernels.h) give the same bits whatever thread takes which item and when.
 // The reference runs every item on one thread in index order; the adversarial schedule gives
 // one thread all of the first key tile's items, started late, and another thread every other
 // item at once, so each later tile reaches its query blocks before their running state
@@ -14,9 +14,9 @@
 #include <thread>
 #include <vector>
 
-#include "layers/attention_kernels.h"
+#include "kernels/attention_kernels.h"
 
-namespace retort::layers::kernels {
+namespace retort::kernels {
 namespace {
 
 struct Layout {
@@ -164,4 +164,4 @@ TEST(AttentionSchedule, SameBitsWhateverThreadTakesEachTile) {
 }
 
 }  // namespace
-}  // namespace retort::layers::kernels
+}  // namespace retort::kernels

@@ -1,8 +1,8 @@
 // tests/unit/avx512_exp_test.cpp: the attention softmax's AVX-512 exp rows
-// (common/avx512_exp.h) against exp in double: accuracy over the whole range the softmax
+// (kernels/avx512_exp.h) against exp in double: accuracy over the whole range the softmax
 // feeds them, the clamp below -87, the running sum, and rows of every length around the 16-
 // and 64-value steps, with the values past a row's end left untouched.
-#include "common/avx512_exp.h"
+#include "kernels/avx512_exp.h"
 
 #include <gtest/gtest.h>
 
@@ -46,13 +46,13 @@ TEST(Avx512Exp, WithinTwoUlpOverTheSoftmaxRange) {
   double worst = 0;
   exp_row(x.data(), int64_t(x.size()), shift, false);
   for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, error_units(x[i], want[i]));
-  // Two ulp, as common/vector_exp.h's Cephes form.
+  // Two ulp, as kernels/vector_exp.h's Cephes form.
   EXPECT_LE(worst, 4.0);
 }
 
 TEST(Avx512Exp, ClampsFarBelowToExpOfMinus87) {
   if (!has_avx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
-  // Far below -87: e^-87 (a normal float), never 0 or a denormal; as common/vector_exp.h.
+  // Far below -87: e^-87 (a normal float), never 0 or a denormal; as kernels/vector_exp.h.
   std::vector<float> x = {-87.5f, -100.0f, -1e4f, -3e38f, -87.0f};
   exp_row(x.data(), int64_t(x.size()), 0.0f, false);
   for (float value : x) {

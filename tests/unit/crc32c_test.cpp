@@ -1,6 +1,6 @@
 // tests/unit/crc32c_test.cpp: CRC-32C against its published check value and a bitwise
 // reference, on lengths that exercise the 8-byte path and its tail, and continuation.
-#include "common/crc32c.h"
+#include "kernels/crc32c.h"
 
 #include <gtest/gtest.h>
 

@@ -302,7 +302,7 @@ TEST(ActivationLosses, DistillerReleasesTheCapturesItsLossesUsed) {
   EXPECT_GT(largest, 0.0);
 }
 
-// The dense losses' one-pass float loops (distill/logit_kernels.h) against float64 torch on
+// The dense losses' one-pass float loops (kernels/logit_kernels.h) against float64 torch on
 // the same float inputs (n tokens, hidden h, a vocabulary padded to `padded` rows, chunks of
 // `chunk` tokens), on logits materialised or on both heads fused in. The bounds are float32
 // round-off: relative 1e-5 on the totals, 1e-5 of the largest entry on gradients.

@@ -14,10 +14,11 @@
 #include "layers/fused_ops.h"
 #include "layers/model.h"
 #include "layers/parallel_linear.h"
-#include "layers/tile_gemm.h"
+#include "kernels/tile_gemm.h"
 #include "layers/vocab_parallel.h"
 
 using namespace retort::layers;
+namespace kernels = retort::kernels;
 
 namespace {
 

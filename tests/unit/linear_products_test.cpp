@@ -11,7 +11,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "layers/tile_gemm.h"
+#include "kernels/tile_gemm.h"
 
 namespace retort::layers {
 namespace {

@@ -1,9 +1,9 @@
-// tests/unit/tile_gemm_test.cpp: the attention's AVX-512 tile products (layers/tile_gemm.h)
+// tests/unit/tile_gemm_test.cpp: the attention's AVX-512 tile products (kernels/tile_gemm.h)
 // against a float64 triple loop: shapes with partial row blocks and partial panels, A read
 // in place or transposed, B packed from rows or from the rows of X (B = X^T), a nonzero
 // alpha, and accumulation into an existing C; the row maxima tile_gemm_row_max forms in
 // registers against the maxima of the C it writes.
-#include "layers/tile_gemm.h"
+#include "kernels/tile_gemm.h"
 
 #include <gtest/gtest.h>
 
@@ -13,7 +13,7 @@
 #include <random>
 #include <vector>
 
-namespace retort::layers::kernels {
+namespace retort::kernels {
 namespace {
 
 struct Case {
@@ -133,4 +133,4 @@ TEST(TileGemm, RowMaximaMatchTheProductsRows) {
 }
 
 }  // namespace
-}  // namespace retort::layers::kernels
+}  // namespace retort::kernels

@@ -1,4 +1,4 @@
-// layers/tile_gemm.h: the small fp32 matrix products of the fused attention (a query block
+// kernels/tile_gemm.h: the small fp32 matrix products of the fused attention (a query block
 // against a key tile, head dimension 64 or so) as AVX-512 register-blocked loops. B is read
 // from panels of 32 columns packed once per head (pack_panels), so every load is sequential
 // whatever the source's row stride: the packed q|k|v rows are 6 KB apart, which maps a tile's
@@ -7,7 +7,7 @@
 #pragma once
 #include <cstdint>
 
-namespace retort::layers::kernels {
+namespace retort::kernels {
 
 constexpr int64_t kPanelColumns = 32;
 
@@ -52,4 +52,4 @@ void tile_gemm_row_max(int64_t m, int64_t n, int64_t k, float alpha, const float
                        int64_t a_col, Panels b, float* c, int64_t ldc, float* row_max,
                        float* lanes);
 
-}  // namespace retort::layers::kernels
+}  // namespace retort::kernels

@@ -1,6 +1,6 @@
-// common/crc32c.cpp: see crc32c.h. Eight bytes at a time with the SSE4.2 instruction where
+// kernels/crc32c.cpp: see crc32c.h. Eight bytes at a time with the SSE4.2 instruction where
 // the CPU has it (picked at load time), else a byte table.
-#include "common/crc32c.h"
+#include "kernels/crc32c.h"
 
 #include <array>
 #include <cstring>

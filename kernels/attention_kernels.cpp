@@ -1,9 +1,9 @@
-// layers/attention_kernels.cpp: see attention_kernels.h. The per-tile passes are target_clones
-// wrappers around always-inline templates (common/simd_clones.h), built with -fopenmp-simd
+// kernels/attention_kernels.cpp: see attention_kernels.h. The per-tile passes are target_clones
+// wrappers around always-inline templates (kernels/simd_clones.h), built with -fopenmp-simd
 // and -fno-trapping-math like the other kernel loops. Within a query block, row t meets the
 // keys [max(0, t - window + 1), t]; a tile's columns outside that range get probability 0
 // explicitly, so no -inf ever enters an exp.
-#include "layers/attention_kernels.h"
+#include "kernels/attention_kernels.h"
 
 #include <dlfcn.h>
 
@@ -14,13 +14,13 @@
 #include <thread>
 #include <type_traits>
 
-#include "common/avx512_exp.h"
-#include "common/simd_clones.h"
-#include "common/vector_exp.h"
-#include "common/vector_max.h"
-#include "layers/tile_gemm.h"
+#include "kernels/avx512_exp.h"
+#include "kernels/simd_clones.h"
+#include "kernels/vector_exp.h"
+#include "kernels/vector_max.h"
+#include "kernels/tile_gemm.h"
 
-namespace retort::layers::kernels {
+namespace retort::kernels {
 namespace {
 
 using retort::kernels::max_of;
@@ -678,4 +678,4 @@ RETORT_ATTENTION_ENTRY_POINTS(float)
 RETORT_ATTENTION_ENTRY_POINTS(double)
 #undef RETORT_ATTENTION_ENTRY_POINTS
 
-}  // namespace retort::layers::kernels
+}  // namespace retort::kernels

@@ -1,12 +1,12 @@
-// layers/cpu_kernels.h: one-pass CPU loops over contiguous rows for the element-wise parts of
+// kernels/row_loops.h: one-pass CPU loops over contiguous rows for the element-wise parts of
 // a Llama block: RMSNorm forward and backward, SwiGLU forward and backward, rotary embedding
 // applied in place, and the LM head's softmax cross-entropy. No torch here: the callers
 // (layers/fused_ops.cpp) split rows across threads and wrap these in autograd functions. Each loop
-// is compiled per ISA and picked at load time (common/simd_clones.h).
+// is compiled per ISA and picked at load time (kernels/simd_clones.h).
 #pragma once
 #include <cstdint>
 
-namespace retort::layers::kernels {
+namespace retort::kernels {
 
 // y = x * inv_rms * w per row of n; inv_rms[r] = 1 / sqrt(mean(x_r^2) + eps).
 void rms_norm_forward(const float* x, const float* w, float* y, float* inv_rms, int64_t rows,
@@ -67,4 +67,4 @@ void softmax_gradient_rows(float* z, int64_t rows, int64_t cols, int64_t real, i
 void softmax_gradient_rows(double* z, int64_t rows, int64_t cols, int64_t real, int64_t stride,
                            const double* max, const double* sum, const double* scale,
                            const int64_t* target);
-}  // namespace retort::layers::kernels
+}  // namespace retort::kernels

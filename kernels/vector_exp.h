@@ -1,13 +1,13 @@
-// common/vector_exp.h: exp in a form the compiler vectorises inside the per-ISA kernel loops
-// (no libm call for float), shared by the block's kernels (layers/cpu_kernels.cpp) and the
-// logit-loss kernels (distill/logit_kernels.cpp). Include only from files built as kernel
+// kernels/vector_exp.h: exp in a form the compiler vectorises inside the per-ISA kernel loops
+// (no libm call for float), shared by the block's kernels (kernels/row_loops.cpp) and the
+// logit-loss kernels (kernels/logit_kernels.cpp). Include only from files built as kernel
 // libraries (retort_kernel_library): the float form needs -fno-trapping-math to vectorise.
 #pragma once
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 
-#include "common/simd_clones.h"
+#include "kernels/simd_clones.h"
 
 namespace retort::kernels {
 

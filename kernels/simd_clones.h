@@ -1,4 +1,4 @@
-// common/simd_clones.h: RETORT_SIMD_CLONES marks a function to be compiled for AVX-512,
+// kernels/simd_clones.h: RETORT_SIMD_CLONES marks a function to be compiled for AVX-512,
 // AVX2 and baseline x86-64 and picked at load time by CPU feature (GCC target_clones), so
 // one binary runs on any x86-64 and its loops use the widest vectors the CPU has. Clones are
 // named by feature on purpose: clones named by CPU model ("arch=haswell") are chosen only on

@@ -1,13 +1,13 @@
-// distill/logit_kernels.h: one-pass CPU loops for the dense logit losses (forward KL and soft
+// kernels/logit_kernels.h: one-pass CPU loops for the dense logit losses (forward KL and soft
 // cross-entropy against a full teacher), row by row over student logits s and teacher logits
 // t at inverse temperature 1/T: the log-sum-exps, each token's loss term and the gradient
 // with respect to s, with each row read once per pass while it sits in cache instead of a
 // dozen torch passes over [tokens, vocab]. No torch here: distill/logit_losses.cpp splits the
-// rows across threads and reduces over the TP group. Compiled per ISA (common/simd_clones.h).
+// rows across threads and reduces over the TP group. Compiled per ISA (kernels/simd_clones.h).
 #pragma once
 #include <cstdint>
 
-namespace retort::distill::kernels {
+namespace retort::kernels {
 
 // Rows of `cols` values; a row of s starts s_stride values after the previous one (likewise
 // t and grad), so column slices of wider tensors can be passed.
@@ -56,4 +56,4 @@ struct DenseKd {
 void dense_kd_rows(const LogitRows<float>& x, const DenseKd<float>& kd);
 void dense_kd_rows(const LogitRows<double>& x, const DenseKd<double>& kd);
 
-}  // namespace retort::distill::kernels
+}  // namespace retort::kernels

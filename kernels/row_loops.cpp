@@ -1,21 +1,21 @@
-// layers/cpu_kernels.cpp: see cpu_kernels.h. Each public overload is a thin target_clones
+// kernels/row_loops.cpp: see row_loops.h. Each public overload is a thin target_clones
 // wrapper around one always-inline template, so the loop body is compiled once per ISA.
 // `#pragma omp simd` (this file is built with -fopenmp-simd, no OpenMP runtime) lets the
 // float reductions vectorise without -ffast-math for the whole file. Built with
 // -fno-trapping-math (layers/CMakeLists.txt): without it GCC keeps floor scalar and the
 // SwiGLU loops do not vectorise at all.
-#include "layers/cpu_kernels.h"
+#include "kernels/row_loops.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 
-#include "common/simd_clones.h"
-#include "common/vector_exp.h"
-#include "common/vector_max.h"
+#include "kernels/simd_clones.h"
+#include "kernels/vector_exp.h"
+#include "kernels/vector_max.h"
 
-namespace retort::layers::kernels {
+namespace retort::kernels {
 namespace {
 
 using retort::kernels::max_of;
@@ -235,4 +235,4 @@ RETORT_SIMD_CLONES void rope_rotate(double* x, const double* cos, const double* 
   rope_rows(x, cos, sin, row_begin, row_end, row_stride, seq_len, heads, d, inverse);
 }
 
-}  // namespace retort::layers::kernels
+}  // namespace retort::kernels

@@ -1,4 +1,4 @@
-// layers/tile_gemm.cpp: see tile_gemm.h. A register block is MR rows x one 32-column panel
+// kernels/tile_gemm.cpp: see tile_gemm.h. A register block is MR rows x one 32-column panel
 // (two zmm per row): per step p it loads the panel's two vectors and broadcasts MR values of
 // A, 2 MR fused multiply-adds; MR = 12 keeps 24 accumulators in the 32 zmm registers. Partial
 // blocks (fewer rows, a last panel under 32 columns) use smaller MR instantiations and masked
@@ -8,7 +8,7 @@
 // twelve on the stack and reloaded them every step (the attention 1.3% faster without, one
 // thread, s = 2048, 16 alternations). The epilogue can also keep each row's running maximum
 // (tile_gemm_row_max), which spares the online softmax a pass over the scores.
-#include "layers/tile_gemm.h"
+#include "kernels/tile_gemm.h"
 
 #include <algorithm>
 #include <atomic>
@@ -18,7 +18,7 @@
 #define RETORT_TILE_GEMM 1
 #endif
 
-namespace retort::layers::kernels {
+namespace retort::kernels {
 
 int64_t panel_elements(int64_t k, int64_t n) {
   return k * ((n + kPanelColumns - 1) / kPanelColumns) * kPanelColumns;
@@ -329,4 +329,4 @@ void tile_gemm_row_max(int64_t m, int64_t n, int64_t k, float alpha, const float
 }
 #endif
 
-}  // namespace retort::layers::kernels
+}  // namespace retort::kernels

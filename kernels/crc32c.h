@@ -1,4 +1,4 @@
-// common/crc32c.h: CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), the checksum of
+// kernels/crc32c.h: CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), the checksum of
 // checkpoint tensors and, masked, of TensorBoard's record framing. Torch-free.
 #pragma once
 #include <cstddef>

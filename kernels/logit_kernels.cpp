@@ -1,19 +1,19 @@
-// distill/logit_kernels.cpp: see logit_kernels.h. The public overloads are target_clones
+// kernels/logit_kernels.cpp: see logit_kernels.h. The public overloads are target_clones
 // wrappers around always-inline templates, so each loop is compiled once per ISA.
 // Reductions run as `omp simd` over blocks of kBlock values in T, and the blocks are summed in
 // double: a float sum over 32000 vocabulary entries in 16 lanes would otherwise carry about
 // 2000 roundings per lane.
-#include "distill/logit_kernels.h"
+#include "kernels/logit_kernels.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
-#include "common/simd_clones.h"
-#include "common/vector_exp.h"
-#include "common/vector_max.h"
+#include "kernels/simd_clones.h"
+#include "kernels/vector_exp.h"
+#include "kernels/vector_max.h"
 
-namespace retort::distill::kernels {
+namespace retort::kernels {
 namespace {
 
 using retort::kernels::max_of;
@@ -186,4 +186,4 @@ RETORT_SIMD_CLONES void dense_kd_rows(const LogitRows<double>& x, const DenseKd<
   kd_rows(x, kd);
 }
 
-}  // namespace retort::distill::kernels
+}  // namespace retort::kernels

@@ -1,9 +1,9 @@
-// common/avx512_exp.h: exp of floats in AVX-512 registers, for kernels written with
-// intrinsics (the attention's softmax passes, layers/attention_kernels.cpp). The reduction is
+// kernels/avx512_exp.h: exp of floats in AVX-512 registers, for kernels written with
+// intrinsics (the attention's softmax passes, kernels/attention_kernels.cpp). The reduction is
 // x = (n + j/32) ln2 + r with |r| <= ln2/64: k = n + j/32 comes from one fused multiply-add
 // that rounds x log2(e) to a 1/32 (its low five mantissa bits are j), 2^(j/32) from a
 // 32-entry table held in two registers (vpermt2ps), e^r from a cubic, and 2^n is applied by
-// vscalefps. Against Cephes' form (common/vector_exp.h: |r| <= ln2/2, a degree-7 polynomial,
+// vscalefps. Against Cephes' form (kernels/vector_exp.h: |r| <= ln2/2, a degree-7 polynomial,
 // kept there for the portable loops) that is 7 instead of 11 operations on the FMA pipes, which
 // bound it: a row pass over a 128 x 512 score tile ran 0.120 -> 0.097 ns a value on the Zen 5.
 // Accuracy: within 1.9 half-ulp units over [-87, 8] (Cephes' 1.2; the test allows 4). Inputs

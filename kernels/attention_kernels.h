@@ -1,4 +1,4 @@
-// layers/attention_kernels.h: the causal (optionally sliding-window) attention of
+// kernels/attention_kernels.h: the causal (optionally sliding-window) attention of
 // blocked_attention.h as fused CPU loops over one (head, key tile) at a time. A block of query
 // rows meets the keys it can see in tiles; each tile's scores are formed by one BLAS product
 // into a small workspace that stays in cache, turned into probabilities in one pass (online
@@ -10,7 +10,7 @@
 // whole, the forward's row maxima come out of the score product's registers
 // (tile_gemm_row_max), so its online softmax is one pass over the tile.
 // No torch here: the caller (layers/blocked_attention.cpp) hands the items to its threads, one
-// BLAS thread each. fp32 products run as layers/tile_gemm.h on AVX-512 CPUs (the tile's K^T,
+// BLAS thread each. fp32 products run as kernels/tile_gemm.h on AVX-512 CPUs (the tile's K^T,
 // V, V^T and K packed into panels once per item, Q and dO once per query block); fp64 and
 // fp32 elsewhere call the BLAS library already loaded with libtorch (sgemm_,
 // dgemm_), looked up at run time. Key tiles lie on a grid of key_tile keys; a block's
@@ -19,7 +19,7 @@
 #pragma once
 #include <cstdint>
 
-namespace retort::layers::kernels {
+namespace retort::kernels {
 
 // Rows of d contiguous values: element (batch, head, row, 0) at
 // data + batch * batch_stride + head * head_stride + row * row_stride.
@@ -90,4 +90,4 @@ void attention_backward_tile(const AttentionShape& shape, HeadRows<const double>
                              HeadRows<double> dv, int64_t batch, int64_t kv_head, int64_t tile,
                              double* state, int32_t* done, double* workspace);
 
-}  // namespace retort::layers::kernels
+}  // namespace retort::kernels
