@@ -14,7 +14,6 @@
 // CPU's FMA peak (independent AVX-512 FMAs, no memory) the bound for any product at all.
 // Usage: bench_products [threads=cores] [rounds=3] [tokens=1024] [head_chunk=256]
 // (head_chunk: the LM head's chunk of tokens; distillation's default is 192)
-#include <immintrin.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -28,10 +27,10 @@
 #include "bench_args.h"
 #include "common/compute_threads.h"
 #include "common/process_setup.h"
+#include "engine/observe/compute_peak.h"
 #include "kernels/tile_gemm.h"
 
 using namespace retort;
-namespace kernels = retort::kernels;
 
 namespace {
 
@@ -52,38 +51,6 @@ void tile_product(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_row
                          accumulate, c + c0, n);
     }
   });
-}
-
-// The CPU's own fp32 bound: independent AVX-512 fused multiply-adds (12 chains, more than their
-// latency times their throughput), no memory, on every thread at once.
-__attribute__((target("avx512f"), noinline)) float fma_chains(int64_t iterations) {
-  __m512 acc[12];
-  const __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-7f);
-  for (int i = 0; i < 12; ++i) acc[i] = _mm512_set1_ps(float(i));
-  for (int64_t it = 0; it < iterations; ++it)
-#pragma GCC unroll 12
-    for (int i = 0; i < 12; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
-  float lanes[16], sum = 0;
-  for (int i = 0; i < 12; ++i) {
-    _mm512_storeu_ps(lanes, acc[i]);
-    for (float lane : lanes) sum += lane;
-  }
-  return sum;
-}
-
-double fma_peak_gflops(int threads) {
-  const int64_t iterations = 20000000;
-  double best = 1e30;
-  for (int r = 0; r < 3; ++r) {
-    const auto start = std::chrono::steady_clock::now();
-    std::vector<float> sink(static_cast<size_t>(threads));
-    at::parallel_for(0, threads, 1, [&](int64_t first, int64_t last) {
-      for (int64_t t = first; t < last; ++t) sink[size_t(t)] = fma_chains(iterations);
-    });
-    best = std::min(
-        best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  }
-  return double(threads) * double(iterations) * 12 * 16 * 2 / best / 1e9;
 }
 
 double best_seconds(const std::function<void()>& f, int repeats) {
@@ -204,8 +171,8 @@ int main(int argc, char** argv) {
         std::printf(" %.0f |", flops / at(s, kind, way) / 1e9);
         step_seconds[way] += double(sh.per_step) * at(s, kind, way);
       }
-      fastest_seconds += double(sh.per_step) *
-                         std::min({at(s, kind, 0), at(s, kind, 1), at(s, kind, 2)});
+      fastest_seconds +=
+          double(sh.per_step) * std::min({at(s, kind, 0), at(s, kind, 1), at(s, kind, 2)});
       std::printf("\n");
       step_flops += double(sh.per_step) * flops;
     }
@@ -214,9 +181,10 @@ int main(int argc, char** argv) {
   for (int way = 0; way < kWays; ++way)
     std::printf(" %.0f (%.3f s) |", step_flops / step_seconds[way] / 1e9, step_seconds[way]);
   std::printf("\n");
-  const double peak = fma_peak_gflops(threads);
-  std::printf("\nAVX-512 FMA peak on %d thread(s): %.0f GFLOP/s, %.2fx the BLAS's step products\n",
-              threads, peak, peak / (step_flops / step_seconds[0] / 1e9));
+  const engine::ComputePeak compute = engine::measure_compute_peak(threads);
+  const double peak = compute.gflops;
+  std::printf("\nFMA peak (%s): %.0f GFLOP/s, %.2fx the BLAS's step products\n",
+              compute.how.c_str(), peak, peak / (step_flops / step_seconds[0] / 1e9));
   // The bound for an engine that picks, per product, the fastest of the three.
   std::printf("fastest way per product: %.0f GFLOP/s (%.3f s), %.2fx the BLAS alone\n",
               step_flops / fastest_seconds / 1e9, fastest_seconds,

@@ -16,9 +16,9 @@
 
 #include "kernels/avx512_exp.h"
 #include "kernels/simd_clones.h"
+#include "kernels/tile_gemm.h"
 #include "kernels/vector_exp.h"
 #include "kernels/vector_max.h"
-#include "kernels/tile_gemm.h"
 
 namespace retort::kernels {
 namespace {

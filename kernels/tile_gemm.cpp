@@ -13,6 +13,8 @@
 #include <algorithm>
 #include <atomic>
 
+#include "kernels/cpu_features.h"
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define RETORT_TILE_GEMM 1
@@ -129,6 +131,34 @@ Panels pack_panels(const float* b, int64_t b_row, int64_t b_col, int64_t k, int6
   }
   return {out, stride};
 }
+
+namespace {
+
+// The products as plain loops: the form without AVX-512 (the callers use the BLAS there).
+void plain_tile_gemm(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t a_row,
+                     int64_t a_col, Panels b, bool accumulate, float* c, int64_t ldc) {
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      float sum = 0;
+      for (int64_t p = 0; p < k; ++p)
+        sum += a[i * a_row + p * a_col] *
+               b.data[(j / kPanelColumns) * b.panel_stride + p * kPanelColumns + j % kPanelColumns];
+      c[i * ldc + j] = alpha * sum + (accumulate ? c[i * ldc + j] : 0.0f);
+    }
+}
+
+void plain_tile_gemm_row_max(int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                             int64_t a_row, int64_t a_col, Panels b, float* c, int64_t ldc,
+                             float* row_max) {
+  plain_tile_gemm(m, n, k, alpha, a, a_row, a_col, b, false, c, ldc);
+  for (int64_t i = 0; i < m; ++i) {
+    row_max[i] = -__builtin_inff();
+    for (int64_t j = 0; j < n; ++j)
+      row_max[i] = c[i * ldc + j] > row_max[i] ? c[i * ldc + j] : row_max[i];
+  }
+}
+
+}  // namespace
 
 #ifdef RETORT_TILE_GEMM
 namespace {
@@ -284,18 +314,23 @@ void set_tile_gemm_enabled(bool on) {
 }
 
 bool tile_gemm_available() {
-  static const bool cpu_has_it = __builtin_cpu_supports("avx512f");
-  return cpu_has_it && enabled;
+  return kernel_isa() == Isa::avx512 && enabled;
 }
 
 void tile_gemm(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t a_row,
                int64_t a_col, Panels b, bool accumulate, float* c, int64_t ldc) {
+  // Guarded here too: a caller that skipped tile_gemm_available() gets the plain loops, not
+  // an illegal instruction.
+  if (kernel_isa() != Isa::avx512)
+    return plain_tile_gemm(m, n, k, alpha, a, a_row, a_col, b, accumulate, c, ldc);
   tile_gemm_avx512(m, n, k, a, a_row, a_col, b, {alpha, accumulate}, c, ldc);
 }
 
 void tile_gemm_row_max(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t a_row,
                        int64_t a_col, Panels b, float* c, int64_t ldc, float* row_max,
                        float* lanes) {
+  if (kernel_isa() != Isa::avx512)
+    return plain_tile_gemm_row_max(m, n, k, alpha, a, a_row, a_col, b, c, ldc, row_max);
   std::fill(lanes, lanes + 16 * m, -__builtin_inff());
   tile_gemm_avx512(m, n, k, a, a_row, a_col, b, {alpha, false, lanes}, c, ldc);
   reduce_lanes(m, lanes, row_max);
@@ -308,24 +343,12 @@ bool tile_gemm_available() {
 
 void tile_gemm(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t a_row,
                int64_t a_col, Panels b, bool accumulate, float* c, int64_t ldc) {
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = 0; j < n; ++j) {
-      float sum = 0;
-      for (int64_t p = 0; p < k; ++p)
-        sum += a[i * a_row + p * a_col] *
-               b.data[(j / kPanelColumns) * b.panel_stride + p * kPanelColumns + j % kPanelColumns];
-      c[i * ldc + j] = alpha * sum + (accumulate ? c[i * ldc + j] : 0.0f);
-    }
+  plain_tile_gemm(m, n, k, alpha, a, a_row, a_col, b, accumulate, c, ldc);
 }
 
 void tile_gemm_row_max(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t a_row,
                        int64_t a_col, Panels b, float* c, int64_t ldc, float* row_max, float*) {
-  tile_gemm(m, n, k, alpha, a, a_row, a_col, b, false, c, ldc);
-  for (int64_t i = 0; i < m; ++i) {
-    row_max[i] = -__builtin_inff();
-    for (int64_t j = 0; j < n; ++j)
-      row_max[i] = c[i * ldc + j] > row_max[i] ? c[i * ldc + j] : row_max[i];
-  }
+  plain_tile_gemm_row_max(m, n, k, alpha, a, a_row, a_col, b, c, ldc, row_max);
 }
 #endif
 

@@ -1,5 +1,5 @@
-// layers/param_spec.h: the description every parameter carries (DESIGN.md): stable global
-// name, global shape, TP shard dimension, sequence-parallel replication, init method and
+// layers/param_spec.h: the description every parameter carries (docs/architecture.md): stable
+// global name, global shape, TP shard dimension, sequence-parallel replication, init method and
 // learning-rate scale. Initialisation, checkpoints, freezing, optimizer groups and the
 // consistency suite all read this one description. Plain C++.
 #pragma once

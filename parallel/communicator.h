@@ -1,6 +1,6 @@
 // parallel/communicator.h: collective and point-to-point communication on torch tensors
-// within one process group (DESIGN.md): all_reduce, all_gather, reduce_scatter, broadcast,
-// send, recv, barrier, each with an async form returning a handle, and per-operation
+// within one process group (docs/architecture.md): all_reduce, all_gather, reduce_scatter,
+// broadcast, send, recv, barrier, each with an async form returning a handle, and per-operation
 // counters of calls and bytes. This is the MPI backend (CPU tensors); layers never call MPI
 // themselves. CUDA tensors go through NCCL when built with -DRETORT_NCCL=ON (nccl_backend.h);
 // otherwise they are refused with a clear error. Byte counts: all_reduce and broadcast count the

@@ -1,4 +1,4 @@
-// parallel/primitives.h: the seven autograd communication primitives of DESIGN.md, one
+// parallel/primitives.h: the seven autograd communication primitives of docs/architecture.md, one
 // function each, as in Megatron-core's mappings.py. With a group of one rank each is the
 // identity in both directions.
 //

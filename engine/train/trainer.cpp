@@ -17,7 +17,7 @@
 #include "engine/data/batches.h"
 #include "engine/hf/hf_model.h"
 #include "engine/observe/chrome_trace.h"
-#include "engine/observe/gemm_peak.h"
+#include "engine/observe/compute_peak.h"
 #include "engine/observe/memory_tracker.h"
 #include "engine/observe/metrics.h"
 #include "engine/train/stop_signal.h"
@@ -165,8 +165,19 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
     finish_resume(path);
   }
   flops_per_token_ = config_.model.training_flops_per_token(config_.data.seq_len);
-  peak_gflops_ =
-      config_.runtime.peak_gflops > 0 ? config_.runtime.peak_gflops : measure_gemm_gflops();
+  if (config_.runtime.peak_gflops > 0) {
+    peak_gflops_ = config_.runtime.peak_gflops;
+    peak_how_ = "runtime.peak_gflops";
+  } else {
+    mesh_.world().barrier();  // every rank at once: ranks sharing cores measure their share
+    const ComputePeak peak = measure_compute_peak(torch::get_num_threads());
+    peak_gflops_ = peak.gflops;
+    peak_how_ = peak.how;
+  }
+  char line[256];
+  std::snprintf(line, sizeof line, "MFU against %.1f GFLOP/s per rank (%s)", peak_gflops_,
+                peak_how_.c_str());
+  log_line(line);
 }
 
 Trainer::~Trainer() {

@@ -121,7 +121,8 @@ class Trainer {
   int64_t consecutive_skips_ = 0;  // steps skipped in a row (non-finite), reset by a good one
   int64_t skipped_steps_ = 0;      // skipped by this process since it started
   double flops_per_token_ = 0;
-  double peak_gflops_ = 0;
+  double peak_gflops_ = 0;  // per rank, the denominator of MFU
+  std::string peak_how_;    // where it comes from (the banner says)
 };
 
 }  // namespace retort::engine

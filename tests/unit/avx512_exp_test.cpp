@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/cpu_features.h"
+
 #ifdef RETORT_AVX512_EXP
 namespace {
 
@@ -20,7 +22,7 @@ __attribute__((target("avx512f"))) float exp_row(float* x, int64_t n, float shif
 }
 
 bool has_avx512() {
-  return __builtin_cpu_supports("avx512f");
+  return retort::kernels::kernel_isa() == retort::kernels::Isa::avx512;
 }
 
 // Relative error in units of 2^-24 (half an ulp at the bottom of a binade).

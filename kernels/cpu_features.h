@@ -1,0 +1,18 @@
+// kernels/cpu_features.h: the instruction sets our hand-vectorised loops may use, detected
+// once per process. RETORT_KERNEL_ISA (baseline, avx2 or avx512) caps what is detected, so a
+// machine with AVX-512 can run the fallbacks (the tile products through the BLAS, the
+// attention's softmax through the portable exp): the tests run that way too, rather than
+// assuming the fallbacks work. The per-ISA clones (kernels/simd_clones.h) are GCC's choice at
+// load time and not affected.
+#pragma once
+
+namespace retort::kernels {
+
+enum class Isa { baseline, avx2, avx512 };
+
+// The widest set this CPU has, capped by RETORT_KERNEL_ISA. An unknown value of the variable
+// stops the process with one line naming it.
+Isa kernel_isa();
+const char* isa_name(Isa isa);
+
+}  // namespace retort::kernels
