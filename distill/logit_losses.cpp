@@ -8,6 +8,7 @@
 
 #include "common/user_error.h"
 #include "kernels/logit_kernels.h"
+#include "layers/kernel_route.h"
 #include "layers/linear_products.h"
 
 namespace retort::distill {
@@ -117,17 +118,18 @@ TokenStats empty_stats(const LossSetup& L, const torch::Tensor& targets,
   return st;
 }
 
-// The one-pass loops (kernels/logit_kernels.h) take the dense losses on CPU float or double
-// logits whose rows are contiguous, and with the cross-entropy only at T = 1, where its
-// softmax is the logit loss's q. The choice depends on nothing rank-specific, so every rank
-// of a TP group takes the same path and joins the same collectives.
+// The one-pass loops (kernels/logit_kernels.h) take the dense losses where the dispatch routes
+// the logits' device and dtype to them, on logits whose rows are contiguous, and with the
+// cross-entropy only at T = 1, where its softmax is the logit loss's q. The choice depends on
+// nothing rank-specific, so every rank of a TP group takes the same path and joins the same
+// collectives.
 bool loops_apply(const LossSetup& L, const torch::Tensor& sr, const torch::Tensor& tr) {
   const auto dtype = sr.scalar_type();
   auto rows_ready = [](const torch::Tensor& x) {
     return x.device().is_cpu() && x.dim() == 2 && (x.size(1) == 0 || x.stride(1) == 1);
   };
   return L.dense() && (!L.with_ce || L.temperature == 1.0) && rows_ready(sr) && rows_ready(tr) &&
-         tr.scalar_type() == dtype && (dtype == torch::kFloat || dtype == torch::kDouble);
+         tr.scalar_type() == dtype && layers::runs_our_loops(kernels::Operation::logit_loss, sr);
 }
 
 template <typename T>

@@ -6,6 +6,7 @@
 #include "layers/blocked_attention.h"
 #include "layers/functional.h"
 #include "layers/fused_ops.h"
+#include "layers/kernel_route.h"
 
 namespace retort::layers {
 
@@ -39,7 +40,8 @@ torch::Tensor Attention::forward(const torch::Tensor& x, const torch::Tensor& ro
     return y.view({b, s, -1, head_dim_}).transpose(1, 2);  // [b, local heads, s, d]
   };
   torch::Tensor q, k, v;
-  if (kernels.fused) {  // one product by [W_q; W_k; W_v], q and k rotated in place inside it
+  if (fused_block_parts(kernels,
+                        x)) {  // one product by [W_q; W_k; W_v], q and k rotated in place inside it
     const int64_t q_width = q_->local_weight().size(0), kv_width = k_->local_weight().size(0);
     torch::Tensor qkv = packed_column_forward({&*q_, &*k_, &*v_}, x);
     qkv = fused_rope_(qkv, rope_cos, rope_sin, (q_width + kv_width) / head_dim_);

@@ -3,6 +3,7 @@
 
 #include "layers/functional.h"
 #include "layers/fused_ops.h"
+#include "layers/kernel_route.h"
 
 namespace retort::layers {
 namespace {
@@ -74,8 +75,8 @@ torch::Tensor Block::forward(const torch::Tensor& x, const BlockContext& context
 torch::Tensor Block::forward_parts(const torch::Tensor& x, const BlockContext& context,
                                    CaptureSink* sink) const {
   auto norm = [&](const torch::Tensor& in, const torch::Tensor& weight) {
-    return context.kernels.fused ? fused_rms_norm(in, weight, norm_eps_)
-                                 : rms_norm(in, weight, norm_eps_);
+    return fused_block_parts(context.kernels, in) ? fused_rms_norm(in, weight, norm_eps_)
+                                                  : rms_norm(in, weight, norm_eps_);
   };
   torch::Tensor mixer =
       attention_.forward(tp_.enter_column(norm(x, attn_norm_)), context.rope_cos, context.rope_sin,

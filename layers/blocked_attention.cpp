@@ -10,6 +10,7 @@
 #include "common/trace_span.h"
 #include "kernels/attention_kernels.h"
 #include "layers/functional.h"
+#include "layers/kernel_route.h"
 
 namespace retort::layers {
 namespace {
@@ -72,13 +73,11 @@ torch::Tensor rows_of(const torch::Tensor& t, const Shape& sh, int64_t q0, int64
   return t.narrow(3, q0, rows).reshape(sizes);
 }
 
-// The fused CPU kernels (attention_kernels.h) take float or double rows of d contiguous
-// values and need the BLAS library's ?gemm_.
+// The fused CPU kernels (attention_kernels.h), where the dispatch routes q's device and dtype
+// to them, with k and v alike.
 bool fused_kernels_apply(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
-  const auto dtype = q.scalar_type();
-  return q.device().is_cpu() && (dtype == torch::kFloat || dtype == torch::kDouble) &&
-         k.scalar_type() == dtype && v.scalar_type() == dtype &&
-         kernels::attention_blas_available();
+  return runs_our_loops(kernels::Operation::attention, q) && k.scalar_type() == q.scalar_type() &&
+         v.scalar_type() == q.scalar_type() && k.device() == q.device() && v.device() == q.device();
 }
 
 kernels::AttentionShape kernel_shape(const Shape& sh) {

@@ -3,27 +3,25 @@
 
 #include <vector>
 
-#include "layers/grad_destinations.h"
 #include "kernels/tile_gemm.h"
+#include "layers/grad_destinations.h"
+#include "layers/kernel_route.h"
 
 namespace retort::layers {
 namespace {
 
 namespace kernels = retort::kernels;
 
-// The tile loops take the product when the CPU runs them, the operands are fp32 on the CPU,
-// A's rows are contiguous, no autograd graph is being recorded through them (they work on raw
-// memory: LinearProduct records it instead), and the shape is one they win.
-bool tile_loops_can_run(const torch::Tensor& a2d, const torch::Tensor& w) {
+// The tile loops take the product when the dispatch routes its device, dtype and shape to
+// them (kernels/dispatch.h), both operands are alike, A's rows are contiguous, and no autograd
+// graph is being recorded through them (they work on raw memory: LinearProduct records it
+// instead).
+bool use_tile(const torch::Tensor& a2d, const torch::Tensor& w) {
   const bool recording =
       torch::GradMode::is_enabled() && (a2d.requires_grad() || w.requires_grad());
-  return !recording && kernels::tile_gemm_available() && a2d.scalar_type() == torch::kFloat &&
-         w.scalar_type() == torch::kFloat && a2d.device().is_cpu() && w.device().is_cpu() &&
-         a2d.is_contiguous() && w.dim() == 2;
-}
-
-bool use_tile(const torch::Tensor& a2d, const torch::Tensor& w) {
-  return tile_loops_can_run(a2d, w) && tile_product_pays(a2d.size(0), a2d.size(1));
+  return !recording && w.scalar_type() == a2d.scalar_type() && w.device() == a2d.device() &&
+         a2d.is_contiguous() && w.dim() == 2 &&
+         runs_our_loops(kernels::Operation::linear_product, a2d, a2d.size(0), a2d.size(1));
 }
 
 // C [m, n] = A [m, k] B, A contiguous, B element (p, c) at b[p * b_row + c * b_col]. The
@@ -65,10 +63,6 @@ std::vector<int64_t> with_last(const torch::Tensor& x, int64_t last) {
 // bench_products' rows against MKL (the header says where): ahead or level from 64 to 256
 // rows where A is at most 256 x 1536; behind at 1024 rows. Fewer than 64 rows were not
 // measured and stay with the BLAS.
-bool tile_product_pays(int64_t rows, int64_t inner) {
-  return rows >= 64 && rows <= 256 && inner <= 1536;
-}
-
 torch::Tensor product_by_transposed(const torch::Tensor& x, const torch::Tensor& w) {
   const torch::Tensor x2d = x.reshape({-1, x.size(-1)});
   if (!use_tile(x2d, w)) return torch::matmul(x, w.t());

@@ -8,16 +8,11 @@
 // (`bench_products 2 3 <tokens> <head_chunk>`) puts them ahead or level on the layers'
 // forward and input-gradient products at 256 rows, and behind at 1024 rows, on the LM head's
 // long inner dimension (its input gradient) and on every weight gradient.
-// tile_product_pays() is that rule. (Against OpenBLAS they led at 128-1024 rows, and a
-// cache-blocked form of them led on the LM head's input gradient; MKL leads there.)
+// The rule is kernels/dispatch.h's (Operation::linear_product, its kTileProducts table).
 #pragma once
 #include <torch/torch.h>
 
 namespace retort::layers {
-
-// Whether a product with `rows` rows of A and inner dimension `inner` runs faster by the tile
-// loops than by the BLAS (for the products of this file; see above).
-bool tile_product_pays(int64_t rows, int64_t inner);
 
 // x [..., in] times W^T, W [out, in] -> [..., out].
 torch::Tensor product_by_transposed(const torch::Tensor& x, const torch::Tensor& w);

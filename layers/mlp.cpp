@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "layers/fused_ops.h"
+#include "layers/kernel_route.h"
 
 namespace retort::layers {
 
@@ -22,7 +23,7 @@ torch::Tensor SwiGluMlp::forward(const torch::Tensor& x, const RecomputePolicy& 
   // checkpointing keeps the product's output (gate and up) and recomputes the SwiGLU.
   std::vector<torch::Tensor> kept;
   RecomputeFn product;
-  if (kernels.fused) {
+  if (fused_block_parts(kernels, x)) {
     kept = {packed_column_forward({&*gate_, &*up_}, x)};
     product = [](const std::vector<torch::Tensor>& in) {
       return std::vector<torch::Tensor>{fused_swiglu_packed(in[0])};

@@ -3,6 +3,7 @@
 
 #include "layers/functional.h"
 #include "layers/fused_ops.h"
+#include "layers/kernel_route.h"
 #include "layers/vocab_parallel.h"
 
 namespace retort::layers {
@@ -61,8 +62,9 @@ torch::Tensor LlamaModel::run_blocks(torch::Tensor x, int64_t seq_len, CaptureSi
 
 torch::Tensor LlamaModel::head_input(const torch::Tensor& hidden) const {
   TORCH_CHECK(stage_.head, "the LM head runs on the last pipeline stage only");
-  torch::Tensor normed = kernels_.fused ? fused_rms_norm(hidden, final_norm_, config_.norm_eps)
-                                        : rms_norm(hidden, final_norm_, config_.norm_eps);
+  torch::Tensor normed = fused_block_parts(kernels_, hidden)
+                             ? fused_rms_norm(hidden, final_norm_, config_.norm_eps)
+                             : rms_norm(hidden, final_norm_, config_.norm_eps);
   return tp_.enter_column(normed);
 }
 

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "kernels/row_loops.h"
+#include "layers/kernel_route.h"
 #include "layers/linear_products.h"
 
 namespace retort::layers {
@@ -70,13 +71,14 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
   }
 };
 
-// The fused head's element-wise steps run as row loops (kernels/row_loops.h) for CPU float
-// and double alone on the vocabulary, else as torch ops combined over the TP group.
+// The fused head's element-wise steps run as row loops (kernels/row_loops.h) alone on the
+// vocabulary where the dispatch routes x's device and dtype to them, else as torch ops
+// combined over the TP group.
 std::atomic<bool> head_row_loops_enabled{true};
 
 bool row_loops_apply(const torch::Tensor& x, parallel::Communicator* group) {
-  return head_row_loops_enabled && (!group || group->size() == 1) && x.device().is_cpu() &&
-         (x.scalar_type() == torch::kFloat || x.scalar_type() == torch::kDouble);
+  return head_row_loops_enabled && (!group || group->size() == 1) &&
+         runs_our_loops(kernels::Operation::head_cross_entropy, x);
 }
 
 // The fused head: the loss, and when asked the gradients for a unit upstream gradient.

@@ -24,6 +24,7 @@ namespace retort::engine {
 
 RETORT_NAMED_ENUM(DType, float32, float64)
 RETORT_NAMED_ENUM(Device, cpu, cuda)
+RETORT_NAMED_ENUM(KernelChoice, automatic, aten)
 
 #define RETORT_TRAINING_KEYS(KEY)                                                                  \
   KEY(int64_t, steps, "training.steps", 100, 0, 1e12, "optimizer steps to run")                    \
@@ -108,7 +109,10 @@ struct ParallelConfig {
   KEY(int64_t, threads, "runtime.threads", 0, 0, 1024,                                  \
       "intra-op threads, 0 = cores / local ranks")                                      \
   KEY(double, peak_gflops, "runtime.peak_gflops", 0, 0, kUnbounded,                     \
-      "peak GFLOP/s per rank for MFU, 0 = measure an fp32 GEMM at start")               \
+      "peak GFLOP/s per rank for MFU, 0 = measure the CPU's FMA peak at start")         \
+  KEY(KernelChoice, kernels, "runtime.kernels", KernelChoice::automatic, 0, 0,          \
+      "automatic: Retort's loops where kernels/dispatch.h routes them; aten: every "    \
+      "operation by ATen's operators (RETORT_KERNELS=aten does the same)")              \
   KEY(double, collective_timeout_s, "runtime.collective_timeout_s", 600, 0, kUnbounded, \
       "end the job when a collective or transfer waits longer, naming the ranks that "  \
       "do not answer (dead or frozen); 0 = wait forever")

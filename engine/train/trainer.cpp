@@ -21,6 +21,7 @@
 #include "engine/observe/memory_tracker.h"
 #include "engine/observe/metrics.h"
 #include "engine/train/stop_signal.h"
+#include "kernels/dispatch.h"
 #include "layers/sharding.h"
 #include "parallel/communicator.h"
 
@@ -60,6 +61,9 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
                           "use runtime.device=cpu"
                         : "runtime.device=cuda: no GPU is visible to this process (engine_train "
                           "--version says what is compiled in); use runtime.device=cpu");
+  kernels::set_kernel_mode(kernels::kernel_mode_for(config_.runtime.kernels == KernelChoice::aten
+                                                        ? kernels::KernelMode::aten
+                                                        : kernels::KernelMode::automatic));
   const parallel::Layout& layout = config_.layout;
   if (own_mesh_ && layout.tensor * layout.pipeline * layout.data != 1)
     throw UserError("layout " + parallel::describe(layout) + " needs MPI ranks");

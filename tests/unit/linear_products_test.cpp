@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "kernels/dispatch.h"
 #include "kernels/tile_gemm.h"
 
 namespace retort::layers {
@@ -31,17 +32,35 @@ struct Shape {
   int64_t out;
 };
 
+// The dispatch's table (kernels/dispatch.h) for the shapes of the tests below: fp32 products
+// of 64-256 rows with an inner dimension of at most 1536 take the tile loops (on AVX-512 CPUs,
+// in automatic mode), the rest the BLAS.
 TEST(LinearProducts, ShapesThisFileRoutesAreTheOnesTested) {
-  EXPECT_TRUE(tile_product_pays(250, 64));       // 64-256 rows, inner at most 1536: tile loops
-  EXPECT_TRUE(tile_product_pays(256, 1536));     // the layers' down projection at 256 tokens
-  EXPECT_TRUE(tile_product_pays(192, 512));      // the LM head's chunks, forward
-  EXPECT_FALSE(tile_product_pays(256, 3072));    // gate|up's input gradient: the BLAS
-  EXPECT_FALSE(tile_product_pays(32, 64));       // fewer than 64 rows: the BLAS
-  EXPECT_FALSE(tile_product_pays(1024, 512));    // 1024 tokens: the BLAS
-  EXPECT_FALSE(tile_product_pays(192, 32000));   // the LM head's input gradient: the BLAS
+  if (!kernels::tile_gemm_available() || kernels::kernel_mode() == kernels::KernelMode::aten)
+    GTEST_SKIP() << "the tile loops do not run here";
+  auto tile = [](int64_t rows, int64_t inner) {
+    return kernels::route(kernels::Operation::linear_product,
+                          {kernels::DeviceKind::cpu, kernels::ElementType::f32, rows, inner}) ==
+           kernels::Route::ours;
+  };
+  EXPECT_TRUE(tile(250, 64));      // 64-256 rows, inner at most 1536: tile loops
+  EXPECT_TRUE(tile(256, 1536));    // the layers' down projection at 256 tokens
+  EXPECT_TRUE(tile(192, 512));     // the LM head's chunks, forward
+  EXPECT_FALSE(tile(256, 3072));   // gate|up's input gradient: the BLAS
+  EXPECT_FALSE(tile(32, 64));      // fewer than 64 rows: the BLAS
+  EXPECT_FALSE(tile(1024, 512));   // 1024 tokens: the BLAS
+  EXPECT_FALSE(tile(192, 32000));  // the LM head's input gradient: the BLAS
+  // Doubles and another device never take them.
+  EXPECT_EQ(kernels::route(kernels::Operation::linear_product,
+                           {kernels::DeviceKind::cpu, kernels::ElementType::f64, 128, 64}),
+            kernels::Route::aten);
+  EXPECT_EQ(kernels::route(kernels::Operation::linear_product,
+                           {kernels::DeviceKind::cuda, kernels::ElementType::f32, 128, 64}),
+            kernels::Route::aten);
 }
 
-// dy W with an inner dimension as long as a vocabulary (the BLAS), returned and written into rows [5, 5 + 300) of a larger gradient, whose other rows stay.
+// dy W with an inner dimension as long as a vocabulary (the BLAS), returned and written into rows
+// [5, 5 + 300) of a larger gradient, whose other rows stay.
 TEST(LinearProducts, LongInnerDimensionInputGradientMatchesFloat64) {
   torch::manual_seed(7);
   const int64_t rows = 300, vocab = 9000, hidden = 72;
@@ -60,8 +79,8 @@ TEST(LinearProducts, LongInnerDimensionInputGradientMatchesFloat64) {
 
 TEST(LinearProducts, ForwardAndInputGradientMatchFloat64) {
   torch::manual_seed(3);
-  const std::vector<Shape> shapes = {{{250, 64}, 100}, {{2, 115, 64}, 45}, {{197, 96}, 33},
-                                     {{256, 200}, 64}, {{100, 64}, 70},    {{40, 64}, 70},
+  const std::vector<Shape> shapes = {{{250, 64}, 100},  {{2, 115, 64}, 45}, {{197, 96}, 33},
+                                     {{256, 200}, 64},  {{100, 64}, 70},    {{40, 64}, 70},
                                      {{1100, 1500}, 20}};  // the last two: the BLAS
   for (const Shape& s : shapes) {
     SCOPED_TRACE(::testing::Message() << "x " << torch::IntArrayRef(s.x) << " out " << s.out);

@@ -1,0 +1,65 @@
+// kernels/dispatch.cpp: see dispatch.h.
+#include "kernels/dispatch.h"
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/attention_kernels.h"
+#include "kernels/tile_gemm.h"
+
+namespace retort::kernels {
+namespace {
+
+KernelMode mode_from_environment() {
+  const char* value = std::getenv("RETORT_KERNELS");
+  if (!value || !*value || std::strcmp(value, "auto") == 0) return KernelMode::automatic;
+  if (std::strcmp(value, "aten") == 0) return KernelMode::aten;
+  std::fprintf(stderr, "error: RETORT_KERNELS='%s' is not one of auto, aten\n", value);
+  std::exit(2);
+}
+
+std::atomic<int> mode{-1};  // -1: not read from the environment yet
+
+bool float_or_double(ElementType dtype) {
+  return dtype == ElementType::f32 || dtype == ElementType::f64;
+}
+
+}  // namespace
+
+void set_kernel_mode(KernelMode m) {
+  mode = int(m);
+}
+
+KernelMode kernel_mode() {
+  if (mode.load() < 0) mode = int(mode_from_environment());
+  return KernelMode(mode.load());
+}
+
+KernelMode kernel_mode_for(KernelMode configured) {
+  return configured == KernelMode::aten ? KernelMode::aten : mode_from_environment();
+}
+
+Route route(Operation op, const Work& work) {
+  if (kernel_mode() == KernelMode::aten || work.device != DeviceKind::cpu) return Route::aten;
+  bool ours = false;
+  switch (op) {
+    case Operation::linear_product:
+      ours = work.dtype == ElementType::f32 && tile_gemm_available() &&
+             work.rows >= kTileProducts.min_rows && work.rows <= kTileProducts.max_rows &&
+             work.inner <= kTileProducts.max_inner;
+      break;
+    case Operation::attention:
+      ours = float_or_double(work.dtype) && attention_blas_available();
+      break;
+    case Operation::block_row_loops:
+    case Operation::head_cross_entropy:
+    case Operation::logit_loss:
+      ours = float_or_double(work.dtype);
+      break;
+  }
+  return ours ? Route::ours : Route::aten;
+}
+
+}  // namespace retort::kernels
