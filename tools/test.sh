@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # tools/test.sh: the README's test command. Installs what is missing, builds, and runs the
-# whole suite (unit, MPI and CLI tests) with CTest. The suite sets what each test needs
-# itself, so `ctest` run directly in the build folder passes as well.
+# whole suite (unit, MPI and CLI tests) with CTest, then the whole suite again with every
+# operation routed to ATen (RETORT_KERNELS=aten, kernels/dispatch.h), so the ATen paths are
+# tested rather than assumed. The suite sets what each test needs itself, so `ctest` run
+# directly in the build folder passes as well.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh
 tools/build.sh
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 ctest --test-dir "${RETORT_BUILD:-build}" --output-on-failure --timeout 1200
+echo "== the suite again with every operation by ATen (RETORT_KERNELS=aten)"
+RETORT_KERNELS=aten ctest --test-dir "${RETORT_BUILD:-build}" --output-on-failure --timeout 1200 \
+  -j "$(nproc)"

@@ -1,7 +1,8 @@
 // tests/unit/kernel_isa_test.cpp: the instruction-set cap of our hand-vectorised loops
 // (kernels/cpu_features.h): RETORT_KERNEL_ISA lowers what the kernels use, the tile products
-// follow it, and the FMA peak's chains count the work of the ISA they ran in. CTest runs this
-// file uncapped and capped at baseline (kernel_tests_baseline_isa_core).
+// follow it, and the FMA peak's chains count the work of the ISA they ran in; and the dispatch
+// point's routes (kernels/dispatch.h). CTest runs this file uncapped and capped at baseline
+// (kernel_tests_baseline_isa_core).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,6 +10,7 @@
 #include <cstring>
 
 #include "kernels/cpu_features.h"
+#include "kernels/dispatch.h"
 #include "kernels/fma_peak.h"
 #include "kernels/tile_gemm.h"
 
@@ -30,4 +32,34 @@ TEST(KernelIsa, FmaChainsCountTheWorkOfTheirIsa) {
   // Each lane converges to b / (1 - a) = 1e-7 / 0.001 from its start value i in [0, 12).
   EXPECT_TRUE(std::isfinite(sink));
   EXPECT_GT(sink, 0.0f);
+}
+
+// The dispatch point (kernels/dispatch.h): in aten mode every operation goes to ATen whatever
+// the tensors; in automatic mode CPU float and double go to our loops (the products by the
+// size table), and other devices and element types to ATen.
+TEST(KernelDispatch, AtenModeSendsEveryOperationToAten) {
+  const KernelMode before = kernel_mode();
+  set_kernel_mode(KernelMode::aten);
+  for (Operation op : {Operation::linear_product, Operation::attention, Operation::block_row_loops,
+                       Operation::head_cross_entropy, Operation::logit_loss})
+    EXPECT_EQ(route(op, {DeviceKind::cpu, ElementType::f32, 128, 64}), Route::aten) << int(op);
+  set_kernel_mode(before);
+}
+
+TEST(KernelDispatch, AutomaticModeRoutesByDeviceDtypeAndShape) {
+  const KernelMode before = kernel_mode();
+  set_kernel_mode(KernelMode::automatic);
+  for (Operation op :
+       {Operation::block_row_loops, Operation::head_cross_entropy, Operation::logit_loss}) {
+    EXPECT_EQ(route(op, {DeviceKind::cpu, ElementType::f32}), Route::ours) << int(op);
+    EXPECT_EQ(route(op, {DeviceKind::cpu, ElementType::f64}), Route::ours) << int(op);
+    EXPECT_EQ(route(op, {DeviceKind::cpu, ElementType::bf16}), Route::aten) << int(op);
+    EXPECT_EQ(route(op, {DeviceKind::cuda, ElementType::f32}), Route::aten) << int(op);
+  }
+  const bool tiles = tile_gemm_available();
+  EXPECT_EQ(route(Operation::linear_product, {DeviceKind::cpu, ElementType::f32, 128, 512}),
+            tiles ? Route::ours : Route::aten);
+  EXPECT_EQ(route(Operation::linear_product, {DeviceKind::cpu, ElementType::f32, 1024, 512}),
+            Route::aten);
+  set_kernel_mode(before);
 }
