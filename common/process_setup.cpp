@@ -31,9 +31,8 @@ constexpr const char* kGlibcHugePages = "glibc.malloc.hugetlb=1";
 // Passive alone makes libgomp's idle workers sleep at once (a spin count of 0), so each of the
 // many short element-wise regions between two products woke every worker through a futex.
 // 10000 spins (libgomp counts about 100000 a millisecond) bridge the gap between two such
-// regions yet end long before a product of the step does. At sequence 256, 7 alternating
-// pairs: 598 -> 613 tok/s mean, 5 won, 2 tied; at 2048, 3 pairs: 529 -> 557. 100000 spins
-// lost (3 of 3 at sequence 256): the workers then spin into the products.
+// regions yet end long before a product of the step does; 100000 spins lost, the workers then
+// spinning into the products (docs/benchmark_log.md has both measurements).
 constexpr const char* kOmpIdleSpin = "10000";
 
 using Mallctl = int (*)(const char*, void*, size_t*, void*, size_t);

@@ -134,8 +134,7 @@ void write_rows(int64_t rows, int64_t d, T scale, const T* src, int64_t src_ld, 
 // their use. A head's rows are kilobytes apart (the packed q|k|v rows 6 KB, the output and its
 // gradient 2 KB), a stride the hardware prefetchers do not follow across pages, so each row's
 // first touch waited on memory. With the next block's Q (forward) and Q, dO and O (backward)
-// asked for while this block's products run, one layer at s = 2048 ran 0.6-1% faster on one
-// thread (8 and 10 of 12 alternations) and 1.6% on two (9 of 12).
+// asked for while this block's products run, the layer runs faster (docs/benchmark_log.md).
 template <typename T>
 void prefetch_rows(const T* x, int64_t ld, int64_t rows, int64_t d) {
   for (int64_t r = 0; r < rows; ++r)
@@ -199,8 +198,8 @@ struct PortableRows {
 
 #ifdef RETORT_AVX512_EXP
 // The same in AVX-512 intrinsics (fp32): four exps side by side and 2^n by vscalefps. The
-// vectorised vector_exp is a single dependent chain per vector with integer conversions;
-// this made the forward's online softmax 40% faster (one head, s = 2048).
+// vectorised vector_exp is a single dependent chain per vector with integer conversions,
+// which kept the forward's online softmax waiting on latency.
 struct Avx512Rows {
   // Out of line (a call per row): inlined, GCC may meet them first inside the tile templates,
   // which are not compiled for AVX-512.
@@ -549,7 +548,7 @@ void backward_tile(const AttentionShape& sh, HeadRows<const T> q, HeadRows<const
   T* ds = p + sh.block_rows * ld;  // [block_rows, ld]
   // The tile's dK and dV, contiguous, written to dk and dv at the end: there their rows are
   // kilobytes apart (the packed q|k|v gradient), and the two products adding into them ran
-  // 12-15% slower than into rows d apart (one head, s = 2048).
+  // slower than into rows d apart.
   T* dk_acc = ds + sh.block_rows * ld;  // [keys, d]
   T* dv_acc = dk_acc + keys * d;        // [keys, d]
   std::fill(dk_acc, dv_acc + keys * d, T(0));

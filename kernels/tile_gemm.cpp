@@ -5,8 +5,8 @@
 // stores; whole panels store unmasked. A's rows (and C's) are addressed from one base pointer
 // per three rows (base, base + a_row, base + 2 a_row are x86 scaled-index addresses), so the
 // loop's pointers fit the general registers: with one pointer per row GCC kept two of the
-// twelve on the stack and reloaded them every step (the attention 1.3% faster without, one
-// thread, s = 2048, 16 alternations). The epilogue can also keep each row's running maximum
+// twelve on the stack and reloaded them every step (docs/benchmark_log.md has the
+// measurement). The epilogue can also keep each row's running maximum
 // (tile_gemm_row_max), which spares the online softmax a pass over the scores.
 #include "kernels/tile_gemm.h"
 
