@@ -20,13 +20,13 @@ using torch::autograd::variable_list;
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
 void tp_reduce(torch::Tensor& t, parallel::Communicator* group, parallel::ReduceOp op) {
-  if (group && group->size() > 1) group->all_reduce(t, op);
+  if (group->size() > 1) group->all_reduce(t, op);
 }
 
 // log-sum-exp over the split vocabulary of x [n, local]; a rank may hold no column at all
 // (its whole slice is padding), and then contributes nothing.
 torch::Tensor split_logsumexp(const torch::Tensor& x, parallel::Communicator* group) {
-  if (!group || group->size() == 1) return torch::logsumexp(x, -1);  // one fused kernel
+  if (group->size() == 1) return torch::logsumexp(x, -1);  // one fused kernel
   torch::Tensor max = x.size(-1) > 0 ? std::get<0>(x.max(-1)).contiguous()
                                      : torch::full({x.size(0)}, -kInfinity, x.options());
   tp_reduce(max, group, parallel::ReduceOp::Max);
@@ -77,7 +77,7 @@ torch::Tensor top_k_threshold(const torch::Tensor& tt, int64_t k, int64_t padded
   torch::Tensor local = torch::full({tt.size(0), candidates}, -kInfinity, tt.options());
   const int64_t have = std::min(candidates, tt.size(1));
   if (have > 0) local.narrow(1, 0, have).copy_(std::get<0>(tt.topk(have, 1)));
-  if (group && group->size() > 1) local = group->all_gather(local, 1);
+  if (group->size() > 1) local = group->all_gather(local, 1);
   return std::get<0>(local.topk(k, 1)).select(1, k - 1).contiguous();
 }
 
@@ -89,7 +89,7 @@ struct LossSetup {
   double temperature = 1, scale = 1;
   int64_t chunk = 1, top_k = 0;
   bool with_ce = false;
-  parallel::Communicator* group = nullptr;
+  parallel::Communicator* group = &parallel::Communicator::one_process();
   layers::HeadGradSink* sink = nullptr;  // the student head weight's gradient goes there
   // The same on every rank: the dense form needs a full teacher and p log p terms that vanish.
   bool dense() const { return top_k == 0 && kind != LogitLoss::reverse_kl; }

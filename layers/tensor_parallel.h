@@ -11,11 +11,12 @@
 namespace retort::layers {
 
 struct TensorParallel {
-  parallel::Communicator* group = nullptr;  // null: one rank
+  // Never null: one process outside a mesh gets the process's one-rank group.
+  parallel::Communicator* group = &parallel::Communicator::one_process();
   bool sequence_parallel = false;
 
-  int rank() const { return group ? group->rank() : 0; }
-  int size() const { return group ? group->size() : 1; }
+  int rank() const { return group->rank(); }
+  int size() const { return group->size(); }
   ShardPosition position() const { return {rank(), size()}; }
   // Residual stream -> input of a column-parallel layer (full sequence, replicated).
   torch::Tensor enter_column(const torch::Tensor& x) const;

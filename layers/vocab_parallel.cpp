@@ -19,7 +19,7 @@ using torch::autograd::variable_list;
 constexpr int64_t kIgnore = -100;
 
 void all_reduce(torch::Tensor& t, parallel::Communicator* group, parallel::ReduceOp op) {
-  if (group && group->size() > 1) group->all_reduce(t, op);
+  if (group->size() > 1) group->all_reduce(t, op);
 }
 
 // Per-token cross-entropy over a vocabulary split across the group.
@@ -77,7 +77,7 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
 std::atomic<bool> head_row_loops_enabled{true};
 
 bool row_loops_apply(const torch::Tensor& x, parallel::Communicator* group) {
-  return head_row_loops_enabled && (!group || group->size() == 1) &&
+  return head_row_loops_enabled && group->size() == 1 &&
          runs_our_loops(kernels::Operation::head_cross_entropy, x);
 }
 

@@ -208,6 +208,11 @@ std::unique_ptr<Communicator> Communicator::single(std::string name) {
   return std::unique_ptr<Communicator>(new Communicator(std::move(name)));
 }
 
+Communicator& Communicator::one_process() {
+  static const std::unique_ptr<Communicator> group = single("one process");
+  return *group;
+}
+
 Communicator::Communicator(std::string name) : comm_(MPI_COMM_NULL), name_(std::move(name)) {}
 
 Communicator::~Communicator() {

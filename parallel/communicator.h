@@ -75,6 +75,9 @@ class Communicator {
   // A group of one process that needs no MPI at all: every collective is the identity (a
   // single process without mpirun gets these, so the engine never branches on "no MPI").
   static std::unique_ptr<Communicator> single(std::string name);
+  // One such group shared by the process: what a layer outside any mesh (a test, a tool on one
+  // process) takes as its TP group, so a group always exists.
+  static Communicator& one_process();
   ~Communicator();
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
