@@ -6,6 +6,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -16,6 +18,11 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::string prefix = "/tmp/retort_fuzz_idx_" + std::to_string(getpid());
   static const bool bin_written = [] {
+    // Removed when libFuzzer exits (it ends with exit() at -max_total_time).
+    std::atexit([] {
+      std::remove((prefix + ".bin").c_str());
+      std::remove((prefix + ".idx").c_str());
+    });
     std::ofstream bin(prefix + ".bin", std::ios::binary);
     const std::vector<char> zeros(4096, 1);
     bin.write(zeros.data(), std::streamsize(zeros.size()));

@@ -8,11 +8,13 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <cstdlib>
 #include <filesystem>
 
 #include "engine/config/config.h"
 #include "engine/observe/memory_tracker.h"
 #include "tests/mpi/trainer_test_support.h"
+#include "tests/support/shared_scratch_dir.h"
 
 using namespace retort;
 using namespace retort::engine;
@@ -64,9 +66,17 @@ int64_t largest_tensor_bytes(const layers::ModelConfig& model) {
 TEST(CheckpointReshard, SavedUnderTp2Pp2Dp2LoadsUnderFourOtherLayouts) {
   if (world_size() != 8) GTEST_SKIP() << "needs 8 ranks";
   MemoryTracker& memory = MemoryTracker::install();
-  const std::string dir = (std::filesystem::temp_directory_path() / "retort_reshard8").string();
-  if (world_rank() == 0) std::filesystem::remove_all(dir);
-  MPI_Barrier(MPI_COMM_WORLD);
+  // RETORT_KEEP_RUN_DIR (set by CTest): a folder to keep the run in, whose checkpoint
+  // checkpoint_reads_with_h5py then reads; else a scratch folder of its own.
+  const char* keep = std::getenv("RETORT_KEEP_RUN_DIR");
+  std::string dir;
+  if (keep && *keep) {
+    dir = keep;
+    if (world_rank() == 0) std::filesystem::remove_all(dir);
+    MPI_Barrier(MPI_COMM_WORLD);
+  } else {
+    dir = retort::testing::shared_scratch_dir("reshard8");
+  }
   const TrainConfig a_config =
       config({"parallel.tensor=2", "parallel.pipeline=2", "run.dir=" + dir});
   const int64_t largest = largest_tensor_bytes(a_config.model);

@@ -14,6 +14,7 @@
 #include "common/user_error.h"
 #include "engine/config/config.h"
 #include "engine/train/trainer.h"
+#include "tests/support/shared_scratch_dir.h"
 #include "trainer_test_support.h"
 
 using namespace retort;
@@ -91,8 +92,7 @@ StepInspector poison_gradient(Trainer& trainer, int rank, double value,
 TEST(NonFiniteStep, SkippedOnEveryRankBitwiseAndTrainingContinues) {
   if (world_size() != 4) GTEST_SKIP() << "needs 4 ranks";
   for (double bad : {std::nan(""), std::numeric_limits<double>::infinity()}) {
-    const std::string dir =
-        (std::filesystem::temp_directory_path() / "retort_nonfinite_skip").string();
+    const std::string dir = retort::testing::shared_scratch_dir("nonfinite_skip");
     TrainConfig config = layout_tp2_dp2(dir, {"training.steps=6"});
     parallel::Mesh mesh(config.layout);
     Trainer trainer(config, nullptr, mesh);
@@ -124,10 +124,7 @@ TEST(NonFiniteStep, SkippedOnEveryRankBitwiseAndTrainingContinues) {
 
 TEST(NonFiniteStep, StopsAfterMaxConsecutiveSkipsKeepingTheLastCheckpoint) {
   if (world_size() != 4) GTEST_SKIP() << "needs 4 ranks";
-  const std::string dir =
-      (std::filesystem::temp_directory_path() / "retort_nonfinite_stop").string();
-  if (world_rank() == 0) std::filesystem::remove_all(dir);
-  MPI_Barrier(MPI_COMM_WORLD);
+  const std::string dir = retort::testing::shared_scratch_dir("nonfinite_stop");
   TrainConfig config = layout_tp2_dp2(
       dir, {"training.steps=10", "checkpoint.save_every=2", "training.max_skipped_steps=3"});
   parallel::Mesh mesh(config.layout);

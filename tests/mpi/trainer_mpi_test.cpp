@@ -12,6 +12,7 @@
 #include "engine/config/config.h"
 #include "engine/train/trainer.h"
 #include "layers/sharding.h"
+#include "tests/support/shared_scratch_dir.h"
 #include "trainer_test_support.h"
 
 using namespace retort;
@@ -128,7 +129,7 @@ TEST(TrainerMpi, TiedHeadGradientIsFormedInSharedMemory) {
 
 TEST(TrainerMpi, CheckpointReshardsAcrossLayouts) {
   if (world_size() != 4) GTEST_SKIP() << "needs 4 ranks";
-  const std::string dir = (std::filesystem::temp_directory_path() / "retort_reshard").string();
+  const std::string dir = retort::testing::shared_scratch_dir("reshard");
   TrainConfig a_config = small({"parallel.tensor=2", "parallel.sequence_parallel=true",
                                 "optimizer.zero_stage=1", "run.dir=" + dir, "training.steps=4"});
   parallel::Mesh a_mesh(a_config.layout);

@@ -17,6 +17,7 @@
 #include "engine/observe/memory_tracker.h"
 #include "engine/train/trainer.h"
 #include "layers/sharding.h"
+#include "tests/support/shared_scratch_dir.h"
 #include "trainer_test_support.h"
 
 using namespace retort;
@@ -51,7 +52,7 @@ TrainConfig small(std::vector<std::string> overrides, int ranks = world_size()) 
 
 TEST(TrainerPipeline, CheckpointGathersStagesAndResumesUnderAnotherSplit) {
   if (world_size() != 4) GTEST_SKIP() << "needs 4 ranks";
-  const std::string dir = (std::filesystem::temp_directory_path() / "retort_pp_ckpt").string();
+  const std::string dir = retort::testing::shared_scratch_dir("pp_ckpt");
   TrainConfig a_config =
       small({"parallel.tensor=2", "parallel.pipeline=2", "run.dir=" + dir, "training.steps=4"});
   parallel::Mesh a_mesh(a_config.layout);
@@ -145,7 +146,7 @@ TEST(TrainerPipeline, ValidationThroughThePipelineEqualsTheWholeModel) {
 
 TEST(TrainerPipeline, AStageThatCannotLoadStopsEveryStage) {
   if (world_size() != 4) GTEST_SKIP() << "needs 4 ranks";
-  const std::string dir = (std::filesystem::temp_directory_path() / "retort_pp_bad").string();
+  const std::string dir = retort::testing::shared_scratch_dir("pp_bad");
   // A checkpoint of a 4-layer model: the 5-layer model's last stage lacks layers.4.*.
   TrainConfig four = small({"model.layers=4", "parallel.pipeline=4", "run.dir=" + dir});
   {

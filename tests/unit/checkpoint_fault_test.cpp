@@ -18,6 +18,7 @@
 #include "common/user_error.h"
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/train/trainer.h"
+#include "tests/support/scratch_dir.h"
 #include "tests/unit/checkpoint_fault_config.h"
 
 using namespace retort;
@@ -26,9 +27,7 @@ namespace fs = std::filesystem;
 namespace {
 
 std::string fresh(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / "retort_checkpoint_faults" / name;
-  fs::remove_all(dir);
-  return dir.string();
+  return retort::testing::scratch_dir("checkpoint_faults_" + name);
 }
 
 // Runs the crash helper; returns the signal that ended it (0 if it exited).

@@ -14,6 +14,7 @@
 #include "engine/data/blended_samples.h"
 #include "engine/data/indexed_dataset.h"
 #include "engine/data/token_windows.h"
+#include "tests/support/scratch_dir.h"
 
 using namespace retort;
 using namespace retort::engine;
@@ -22,8 +23,7 @@ namespace fs = std::filesystem;
 namespace {
 
 std::string temp_prefix(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / "retort_data_test";
-  fs::create_directories(dir);
+  static const fs::path dir = retort::testing::scratch_dir("data_test");
   return (dir / name).string();
 }
 

@@ -11,6 +11,7 @@
 #include "common/user_error.h"
 #include "engine/config/config.h"
 #include "engine/train/trainer.h"
+#include "tests/support/scratch_dir.h"
 
 using namespace retort;
 using namespace retort::engine;
@@ -36,9 +37,7 @@ TrainConfig small(const std::string& dir, std::vector<std::string> extra) {
 }
 
 std::string fresh(const std::string& name) {
-  fs::path p = fs::temp_directory_path() / "retort_freeze_reset" / name;
-  fs::remove_all(p);
-  return p.string();
+  return retort::testing::scratch_dir("freeze_reset_" + name);
 }
 
 bool matches_mlp_of_layer0(const std::string& name) {

@@ -9,12 +9,12 @@
 #include <torch/torch.h>
 
 #include "engine/observe/memory_tracker.h"
+#include "kernels/tile_gemm.h"
 #include "layers/blocked_attention.h"
 #include "layers/functional.h"
 #include "layers/fused_ops.h"
 #include "layers/model.h"
 #include "layers/parallel_linear.h"
-#include "kernels/tile_gemm.h"
 #include "layers/vocab_parallel.h"
 
 using namespace retort::layers;

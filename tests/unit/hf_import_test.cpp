@@ -19,6 +19,7 @@
 #include "engine/hf/hf_export.h"
 #include "engine/hf/hf_model.h"
 #include "layers/model.h"
+#include "tests/support/scratch_dir.h"
 
 namespace fs = std::filesystem;
 using namespace retort;
@@ -28,8 +29,8 @@ namespace {
 // Runs the reference script for a variant into a fresh directory of the running test's own
 // (CTest runs the tests of this file in parallel).
 fs::path test_dir() {
-  return fs::temp_directory_path() / "retort_hf_test" /
-         ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  return retort::testing::scratch_dir(
+      std::string("hf_test_") + ::testing::UnitTest::GetInstance()->current_test_info()->name());
 }
 
 std::string make_reference(const std::string& variant) {
@@ -133,10 +134,7 @@ TEST(HfImport, WindowAndBiasAreReadFromConfig) {
 TEST(HfImport, ExportThenImportGivesByteIdenticalTensors) {
   for (const char* variant : kVariants) {
     const std::string dir = make_reference(variant);
-    const fs::path work =
-        fs::temp_directory_path() / "retort_hf_test" / (std::string(variant) + "_out");
-    fs::remove_all(work);
-    fs::create_directories(work);
+    const fs::path work = retort::testing::scratch_dir(std::string("hf_test_") + variant + "_out");
     const std::string checkpoint = (work / "imported").string();
     hf::import_hf(dir, checkpoint);
     hf::ExportOptions options;

@@ -16,6 +16,7 @@
 #include "common/user_error.h"
 #include "engine/hf/hf_model.h"
 #include "layers/model.h"
+#include "tests/support/scratch_dir.h"
 
 namespace fs = std::filesystem;
 using namespace retort;
@@ -23,8 +24,7 @@ using namespace retort;
 namespace {
 
 fs::path scratch(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / "retort_safetensors_test";
-  fs::create_directories(dir);
+  static const fs::path dir = retort::testing::scratch_dir("safetensors_test");
   return dir / name;
 }
 

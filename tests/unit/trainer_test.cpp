@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/config/config.h"
+#include "tests/support/scratch_dir.h"
 
 using namespace retort::engine;
 namespace fs = std::filesystem;
@@ -43,9 +44,7 @@ nlohmann::json read_index_header(const std::string& run_dir) {
 }
 
 std::string fresh_dir(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / "retort_trainer_test" / name;
-  fs::remove_all(dir);
-  return dir.string();
+  return retort::testing::scratch_dir("trainer_test_" + name);
 }
 
 TEST(Trainer, LossFallsFarBelowUniform) {
