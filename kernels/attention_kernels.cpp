@@ -1,5 +1,5 @@
-// kernels/attention_kernels.cpp: see attention_kernels.h. The per-tile passes are target_clones
-// wrappers around always-inline templates (kernels/simd_clones.h), built with -fopenmp-simd
+// kernels/attention_kernels.cpp: see attention_kernels.h. The per-tile passes are per-ISA
+// wrappers around always-inline templates (kernels/isa_variants.h), built with -fopenmp-simd
 // and -fno-trapping-math like the other kernel loops. Within a query block, row t meets the
 // keys [max(0, t - window + 1), t]; a tile's columns outside that range get probability 0
 // explicitly, so no -inf ever enters an exp.
@@ -15,7 +15,7 @@
 #include <type_traits>
 
 #include "kernels/avx512_exp.h"
-#include "kernels/simd_clones.h"
+#include "kernels/isa_variants.h"
 #include "kernels/tile_gemm.h"
 #include "kernels/vector_exp.h"
 #include "kernels/vector_max.h"
@@ -218,11 +218,11 @@ struct Avx512Rows {
 // max m and sum l are updated, the accumulated output acc [rows, d] rescaled, and s becomes
 // exp(s - m) on the visible columns, 0 elsewhere. known_max: each row's maximum over the tile
 // when the caller has it (every column visible to every row), else null: found here.
-template <typename T, typename Rows>
+template <typename T, typename Rows = PortableRows>
 RETORT_ALWAYS_INLINE void online_softmax_tile(T* s, int64_t ld, int64_t rows, int64_t cols,
                                               int64_t q0, int64_t k0, int64_t window, T* m, T* l,
                                               T* acc, int64_t d, const T* known_max,
-                                              const Rows& exp_rows) {
+                                              const Rows& exp_rows = Rows{}) {
   for (int64_t r = 0; r < rows; ++r) {
     T* __restrict row = s + r * ld;
     const Visible v = visible(q0 + r, k0, cols, window);
@@ -251,10 +251,10 @@ RETORT_ALWAYS_INLINE void online_softmax_tile(T* s, int64_t ld, int64_t rows, in
 
 // Backward: s [rows, ld] (scaled scores) becomes the probabilities exp(s - lse) on the
 // visible columns, 0 elsewhere.
-template <typename T, typename Rows>
+template <typename T, typename Rows = PortableRows>
 RETORT_ALWAYS_INLINE void probabilities_tile(T* s, int64_t ld, int64_t rows, int64_t cols,
                                              int64_t q0, int64_t k0, int64_t window, const T* lse,
-                                             const Rows& exp_rows) {
+                                             const Rows& exp_rows = Rows{}) {
   for (int64_t r = 0; r < rows; ++r) {
     T* __restrict row = s + r * ld;
     const Visible v = visible(q0 + r, k0, cols, window);
@@ -292,24 +292,26 @@ RETORT_ALWAYS_INLINE void row_dots(const T* a, int64_t lda, const T* b, int64_t 
   }
 }
 
-RETORT_SIMD_CLONES void online_softmax(float* s, int64_t ld, int64_t rows, int64_t cols, int64_t q0,
-                                       int64_t k0, int64_t window, float* m, float* l, float* acc,
-                                       int64_t d, const float* known_max) {
-  online_softmax_tile(s, ld, rows, cols, q0, k0, window, m, l, acc, d, known_max, PortableRows{});
-}
-RETORT_SIMD_CLONES void online_softmax(double* s, int64_t ld, int64_t rows, int64_t cols,
-                                       int64_t q0, int64_t k0, int64_t window, double* m, double* l,
-                                       double* acc, int64_t d, const double* known_max) {
-  online_softmax_tile(s, ld, rows, cols, q0, k0, window, m, l, acc, d, known_max, PortableRows{});
-}
-RETORT_SIMD_CLONES void probabilities(float* s, int64_t ld, int64_t rows, int64_t cols, int64_t q0,
-                                      int64_t k0, int64_t window, const float* lse) {
-  probabilities_tile(s, ld, rows, cols, q0, k0, window, lse, PortableRows{});
-}
-RETORT_SIMD_CLONES void probabilities(double* s, int64_t ld, int64_t rows, int64_t cols, int64_t q0,
-                                      int64_t k0, int64_t window, const double* lse) {
-  probabilities_tile(s, ld, rows, cols, q0, k0, window, lse, PortableRows{});
-}
+RETORT_ISA_VARIANTS(online_softmax,
+                    (float* s, int64_t ld, int64_t rows, int64_t cols, int64_t q0, int64_t k0,
+                     int64_t window, float* m, float* l, float* acc, int64_t d,
+                     const float* known_max),
+                    (s, ld, rows, cols, q0, k0, window, m, l, acc, d, known_max),
+                    online_softmax_tile)
+RETORT_ISA_VARIANTS(online_softmax,
+                    (double* s, int64_t ld, int64_t rows, int64_t cols, int64_t q0, int64_t k0,
+                     int64_t window, double* m, double* l, double* acc, int64_t d,
+                     const double* known_max),
+                    (s, ld, rows, cols, q0, k0, window, m, l, acc, d, known_max),
+                    online_softmax_tile)
+RETORT_ISA_VARIANTS(probabilities,
+                    (float* s, int64_t ld, int64_t rows, int64_t cols, int64_t q0, int64_t k0,
+                     int64_t window, const float* lse),
+                    (s, ld, rows, cols, q0, k0, window, lse), probabilities_tile)
+RETORT_ISA_VARIANTS(probabilities,
+                    (double* s, int64_t ld, int64_t rows, int64_t cols, int64_t q0, int64_t k0,
+                     int64_t window, const double* lse),
+                    (s, ld, rows, cols, q0, k0, window, lse), probabilities_tile)
 #ifdef RETORT_AVX512_EXP
 __attribute__((target("avx512f"))) void online_softmax_avx512(float* s, int64_t ld, int64_t rows,
                                                               int64_t cols, int64_t q0, int64_t k0,
@@ -349,22 +351,22 @@ void probabilities_pass(bool avx512, T* s, int64_t ld, int64_t rows, int64_t col
   probabilities(s, ld, rows, cols, q0, k0, window, lse);
 }
 
-RETORT_SIMD_CLONES void score_gradient(float* dp, const float* p, int64_t ld, int64_t rows,
-                                       int64_t cols, const float* row_dot) {
-  score_gradient_tile(dp, p, ld, rows, cols, row_dot);
-}
-RETORT_SIMD_CLONES void score_gradient(double* dp, const double* p, int64_t ld, int64_t rows,
-                                       int64_t cols, const double* row_dot) {
-  score_gradient_tile(dp, p, ld, rows, cols, row_dot);
-}
-RETORT_SIMD_CLONES void dots(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t rows,
-                             int64_t d, float* out) {
-  row_dots(a, lda, b, ldb, rows, d, out);
-}
-RETORT_SIMD_CLONES void dots(const double* a, int64_t lda, const double* b, int64_t ldb,
-                             int64_t rows, int64_t d, double* out) {
-  row_dots(a, lda, b, ldb, rows, d, out);
-}
+RETORT_ISA_VARIANTS(score_gradient,
+                    (float* dp, const float* p, int64_t ld, int64_t rows, int64_t cols,
+                     const float* row_dot),
+                    (dp, p, ld, rows, cols, row_dot), score_gradient_tile)
+RETORT_ISA_VARIANTS(score_gradient,
+                    (double* dp, const double* p, int64_t ld, int64_t rows, int64_t cols,
+                     const double* row_dot),
+                    (dp, p, ld, rows, cols, row_dot), score_gradient_tile)
+RETORT_ISA_VARIANTS(dots,
+                    (const float* a, int64_t lda, const float* b, int64_t ldb, int64_t rows,
+                     int64_t d, float* out),
+                    (a, lda, b, ldb, rows, d, out), row_dots)
+RETORT_ISA_VARIANTS(dots,
+                    (const double* a, int64_t lda, const double* b, int64_t ldb, int64_t rows,
+                     int64_t d, double* out),
+                    (a, lda, b, ldb, rows, d, out), row_dots)
 
 // The keys query rows [q0, q0 + rows) can see: [lo, hi), lo on a panel boundary (the keys
 // before a window's start get probability 0), hi one past the last row.

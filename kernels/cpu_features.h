@@ -2,8 +2,8 @@
 // once per process. RETORT_KERNEL_ISA (baseline, avx2 or avx512) caps what is detected, so a
 // machine with AVX-512 can run the fallbacks (the tile products through the BLAS, the
 // attention's softmax through the portable exp): the tests run that way too, rather than
-// assuming the fallbacks work. The per-ISA clones (kernels/simd_clones.h) are GCC's choice at
-// load time and not affected.
+// assuming the fallbacks work. The cap also picks which compiled variant of each row loop runs
+// (kernels/isa_variants.h), so the baseline variants are tested on this machine too.
 #pragma once
 
 namespace retort::kernels {

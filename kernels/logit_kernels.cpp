@@ -1,5 +1,5 @@
-// kernels/logit_kernels.cpp: see logit_kernels.h. The public overloads are target_clones
-// wrappers around always-inline templates, so each loop is compiled once per ISA.
+// kernels/logit_kernels.cpp: see logit_kernels.h. The public overloads are per-ISA variants
+// (kernels/isa_variants.h) of always-inline templates, so each loop is compiled once per ISA.
 // Reductions run as `omp simd` over blocks of kBlock values in T, and the blocks are summed in
 // double: a float sum over 32000 vocabulary entries in 16 lanes would otherwise carry about
 // 2000 roundings per lane.
@@ -9,7 +9,7 @@
 #include <cmath>
 #include <limits>
 
-#include "kernels/simd_clones.h"
+#include "kernels/isa_variants.h"
 #include "kernels/vector_exp.h"
 #include "kernels/vector_max.h"
 
@@ -171,19 +171,17 @@ RETORT_ALWAYS_INLINE void kd_rows(const LogitRows<T>& x, const DenseKd<T>& kd) {
 
 }  // namespace
 
-RETORT_SIMD_CLONES void logit_row_stats(const LogitRows<float>& x, float* max_s, float* sum_s,
-                                        float* max_t, float* sum_t) {
-  stats_rows(x, max_s, sum_s, max_t, sum_t);
-}
-RETORT_SIMD_CLONES void logit_row_stats(const LogitRows<double>& x, double* max_s, double* sum_s,
-                                        double* max_t, double* sum_t) {
-  stats_rows(x, max_s, sum_s, max_t, sum_t);
-}
-RETORT_SIMD_CLONES void dense_kd_rows(const LogitRows<float>& x, const DenseKd<float>& kd) {
-  kd_rows(x, kd);
-}
-RETORT_SIMD_CLONES void dense_kd_rows(const LogitRows<double>& x, const DenseKd<double>& kd) {
-  kd_rows(x, kd);
-}
+RETORT_ISA_VARIANTS(logit_row_stats,
+                    (const LogitRows<float>& x, float* max_s, float* sum_s, float* max_t,
+                     float* sum_t),
+                    (x, max_s, sum_s, max_t, sum_t), stats_rows)
+RETORT_ISA_VARIANTS(logit_row_stats,
+                    (const LogitRows<double>& x, double* max_s, double* sum_s, double* max_t,
+                     double* sum_t),
+                    (x, max_s, sum_s, max_t, sum_t), stats_rows)
+RETORT_ISA_VARIANTS(dense_kd_rows, (const LogitRows<float>& x, const DenseKd<float>& kd), (x, kd),
+                    kd_rows)
+RETORT_ISA_VARIANTS(dense_kd_rows, (const LogitRows<double>& x, const DenseKd<double>& kd), (x, kd),
+                    kd_rows)
 
 }  // namespace retort::kernels

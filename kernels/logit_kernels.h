@@ -3,7 +3,7 @@
 // t at inverse temperature 1/T: the log-sum-exps, each token's loss term and the gradient
 // with respect to s, with each row read once per pass while it sits in cache instead of a
 // dozen torch passes over [tokens, vocab]. No torch here: distill/logit_losses.cpp splits the
-// rows across threads and reduces over the TP group. Compiled per ISA (kernels/simd_clones.h).
+// rows across threads and reduces over the TP group. Compiled per ISA (kernels/isa_variants.h).
 #pragma once
 #include <cstdint>
 

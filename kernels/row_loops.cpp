@@ -1,5 +1,6 @@
-// kernels/row_loops.cpp: see row_loops.h. Each public overload is a thin target_clones
-// wrapper around one always-inline template, so the loop body is compiled once per ISA.
+// kernels/row_loops.cpp: see row_loops.h. Each public overload is a set of per-ISA variants
+// (kernels/isa_variants.h) of one always-inline template, so the loop body is compiled once
+// per ISA.
 // `#pragma omp simd` (this file is built with -fopenmp-simd, no OpenMP runtime) lets the
 // float reductions vectorise without -ffast-math for the whole file. Built with
 // -fno-trapping-math (layers/CMakeLists.txt): without it GCC keeps floor scalar and the
@@ -11,7 +12,7 @@
 #include <cstring>
 #include <limits>
 
-#include "kernels/simd_clones.h"
+#include "kernels/isa_variants.h"
 #include "kernels/vector_exp.h"
 #include "kernels/vector_max.h"
 
@@ -170,69 +171,69 @@ RETORT_ALWAYS_INLINE void softmax_gradient_row_loop(T* z, int64_t rows, int64_t 
 
 }  // namespace
 
-RETORT_SIMD_CLONES void cross_entropy_rows(float* z, int64_t rows, int64_t cols, int64_t real,
-                                           int64_t stride, const int64_t* target, float* max_out,
-                                           float* sum_out, float* loss, const float* scale) {
-  cross_entropy_row_loop(z, rows, cols, real, stride, target, max_out, sum_out, loss, scale);
-}
-RETORT_SIMD_CLONES void cross_entropy_rows(double* z, int64_t rows, int64_t cols, int64_t real,
-                                           int64_t stride, const int64_t* target, double* max_out,
-                                           double* sum_out, double* loss, const double* scale) {
-  cross_entropy_row_loop(z, rows, cols, real, stride, target, max_out, sum_out, loss, scale);
-}
+RETORT_ISA_VARIANTS(cross_entropy_rows,
+                    (float* z, int64_t rows, int64_t cols, int64_t real, int64_t stride,
+                     const int64_t* target, float* max_out, float* sum_out, float* loss,
+                     const float* scale),
+                    (z, rows, cols, real, stride, target, max_out, sum_out, loss, scale),
+                    cross_entropy_row_loop)
+RETORT_ISA_VARIANTS(cross_entropy_rows,
+                    (double* z, int64_t rows, int64_t cols, int64_t real, int64_t stride,
+                     const int64_t* target, double* max_out, double* sum_out, double* loss,
+                     const double* scale),
+                    (z, rows, cols, real, stride, target, max_out, sum_out, loss, scale),
+                    cross_entropy_row_loop)
 
-RETORT_SIMD_CLONES void softmax_gradient_rows(float* z, int64_t rows, int64_t cols, int64_t real,
-                                              int64_t stride, const float* max, const float* sum,
-                                              const float* scale, const int64_t* target) {
-  softmax_gradient_row_loop(z, rows, cols, real, stride, max, sum, scale, target);
-}
-RETORT_SIMD_CLONES void softmax_gradient_rows(double* z, int64_t rows, int64_t cols, int64_t real,
-                                              int64_t stride, const double* max, const double* sum,
-                                              const double* scale, const int64_t* target) {
-  softmax_gradient_row_loop(z, rows, cols, real, stride, max, sum, scale, target);
-}
-RETORT_SIMD_CLONES void rms_norm_forward(const float* x, const float* w, float* y, float* inv_rms,
-                                         int64_t rows, int64_t n, double eps) {
-  rms_forward_rows(x, w, y, inv_rms, rows, n, eps);
-}
-RETORT_SIMD_CLONES void rms_norm_forward(const double* x, const double* w, double* y,
-                                         double* inv_rms, int64_t rows, int64_t n, double eps) {
-  rms_forward_rows(x, w, y, inv_rms, rows, n, eps);
-}
-RETORT_SIMD_CLONES void rms_norm_backward(const float* dy, const float* x, const float* w,
-                                          const float* inv_rms, float* dx, float* dw_partial,
-                                          int64_t rows, int64_t n) {
-  rms_backward_rows(dy, x, w, inv_rms, dx, dw_partial, rows, n);
-}
-RETORT_SIMD_CLONES void rms_norm_backward(const double* dy, const double* x, const double* w,
-                                          const double* inv_rms, double* dx, double* dw_partial,
-                                          int64_t rows, int64_t n) {
-  rms_backward_rows(dy, x, w, inv_rms, dx, dw_partial, rows, n);
-}
-RETORT_SIMD_CLONES void swiglu_forward(const float* gate_up, float* out, int64_t rows, int64_t n) {
-  swiglu_forward_rows(gate_up, out, rows, n);
-}
-RETORT_SIMD_CLONES void swiglu_forward(const double* gate_up, double* out, int64_t rows,
-                                       int64_t n) {
-  swiglu_forward_rows(gate_up, out, rows, n);
-}
-RETORT_SIMD_CLONES void swiglu_backward(const float* dy, const float* gate_up, float* d_gate_up,
-                                        int64_t rows, int64_t n) {
-  swiglu_backward_rows(dy, gate_up, d_gate_up, rows, n);
-}
-RETORT_SIMD_CLONES void swiglu_backward(const double* dy, const double* gate_up, double* d_gate_up,
-                                        int64_t rows, int64_t n) {
-  swiglu_backward_rows(dy, gate_up, d_gate_up, rows, n);
-}
-RETORT_SIMD_CLONES void rope_rotate(float* x, const float* cos, const float* sin, int64_t row_begin,
-                                    int64_t row_end, int64_t row_stride, int64_t seq_len,
-                                    int64_t heads, int64_t d, bool inverse) {
-  rope_rows(x, cos, sin, row_begin, row_end, row_stride, seq_len, heads, d, inverse);
-}
-RETORT_SIMD_CLONES void rope_rotate(double* x, const double* cos, const double* sin,
-                                    int64_t row_begin, int64_t row_end, int64_t row_stride,
-                                    int64_t seq_len, int64_t heads, int64_t d, bool inverse) {
-  rope_rows(x, cos, sin, row_begin, row_end, row_stride, seq_len, heads, d, inverse);
-}
+RETORT_ISA_VARIANTS(softmax_gradient_rows,
+                    (float* z, int64_t rows, int64_t cols, int64_t real, int64_t stride,
+                     const float* max, const float* sum, const float* scale, const int64_t* target),
+                    (z, rows, cols, real, stride, max, sum, scale, target),
+                    softmax_gradient_row_loop)
+RETORT_ISA_VARIANTS(softmax_gradient_rows,
+                    (double* z, int64_t rows, int64_t cols, int64_t real, int64_t stride,
+                     const double* max, const double* sum, const double* scale,
+                     const int64_t* target),
+                    (z, rows, cols, real, stride, max, sum, scale, target),
+                    softmax_gradient_row_loop)
+RETORT_ISA_VARIANTS(rms_norm_forward,
+                    (const float* x, const float* w, float* y, float* inv_rms, int64_t rows,
+                     int64_t n, double eps),
+                    (x, w, y, inv_rms, rows, n, eps), rms_forward_rows)
+RETORT_ISA_VARIANTS(rms_norm_forward,
+                    (const double* x, const double* w, double* y, double* inv_rms, int64_t rows,
+                     int64_t n, double eps),
+                    (x, w, y, inv_rms, rows, n, eps), rms_forward_rows)
+RETORT_ISA_VARIANTS(rms_norm_backward,
+                    (const float* dy, const float* x, const float* w, const float* inv_rms,
+                     float* dx, float* dw_partial, int64_t rows, int64_t n),
+                    (dy, x, w, inv_rms, dx, dw_partial, rows, n), rms_backward_rows)
+RETORT_ISA_VARIANTS(rms_norm_backward,
+                    (const double* dy, const double* x, const double* w, const double* inv_rms,
+                     double* dx, double* dw_partial, int64_t rows, int64_t n),
+                    (dy, x, w, inv_rms, dx, dw_partial, rows, n), rms_backward_rows)
+RETORT_ISA_VARIANTS(swiglu_forward, (const float* gate_up, float* out, int64_t rows, int64_t n),
+                    (gate_up, out, rows, n), swiglu_forward_rows)
+RETORT_ISA_VARIANTS(swiglu_forward, (const double* gate_up, double* out, int64_t rows, int64_t n),
+                    (gate_up, out, rows, n), swiglu_forward_rows)
+RETORT_ISA_VARIANTS(swiglu_backward,
+                    (const float* dy, const float* gate_up, float* d_gate_up, int64_t rows,
+                     int64_t n),
+                    (dy, gate_up, d_gate_up, rows, n), swiglu_backward_rows)
+RETORT_ISA_VARIANTS(swiglu_backward,
+                    (const double* dy, const double* gate_up, double* d_gate_up, int64_t rows,
+                     int64_t n),
+                    (dy, gate_up, d_gate_up, rows, n), swiglu_backward_rows)
+RETORT_ISA_VARIANTS(rope_rotate,
+                    (float* x, const float* cos, const float* sin, int64_t row_begin,
+                     int64_t row_end, int64_t row_stride, int64_t seq_len, int64_t heads, int64_t d,
+                     bool inverse),
+                    (x, cos, sin, row_begin, row_end, row_stride, seq_len, heads, d, inverse),
+                    rope_rows)
+RETORT_ISA_VARIANTS(rope_rotate,
+                    (double* x, const double* cos, const double* sin, int64_t row_begin,
+                     int64_t row_end, int64_t row_stride, int64_t seq_len, int64_t heads, int64_t d,
+                     bool inverse),
+                    (x, cos, sin, row_begin, row_end, row_stride, seq_len, heads, d, inverse),
+                    rope_rows)
 
 }  // namespace retort::kernels

@@ -2,7 +2,7 @@
 // a Llama block: RMSNorm forward and backward, SwiGLU forward and backward, rotary embedding
 // applied in place, and the LM head's softmax cross-entropy. No torch here: the callers
 // (layers/fused_ops.cpp) split rows across threads and wrap these in autograd functions. Each loop
-// is compiled per ISA and picked at load time (kernels/simd_clones.h).
+// is compiled per ISA and picked at load time (kernels/isa_variants.h).
 #pragma once
 #include <cstdint>
 

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "kernels/simd_clones.h"
+#include "kernels/isa_variants.h"
 
 namespace retort::kernels {
 

@@ -1,5 +1,5 @@
 // kernels/vector_max.h: the largest of n values in a form GCC vectorises inside the per-ISA
-// kernel loops (kernels/simd_clones.h). Written as `omp simd reduction(max)` over std::max, GCC
+// kernel loops (kernels/isa_variants.h). Written as `omp simd reduction(max)` over std::max, GCC
 // leaves the loop scalar (a max reduction needs -ffinite-math-only: std::max is not IEEE max),
 // one vmaxss per value in a dependent chain; the lane-wise select below is one vmaxps per 16.
 // NaN values are skipped, as std::max(m, x) skips them; n = 0 gives -inf.
@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <limits>
 
-#include "kernels/simd_clones.h"
+#include "kernels/isa_variants.h"
 
 namespace retort::kernels {
 

@@ -1,8 +1,8 @@
 // tests/unit/kernel_isa_test.cpp: the instruction-set cap of our hand-vectorised loops
 // (kernels/cpu_features.h): RETORT_KERNEL_ISA lowers what the kernels use, the tile products
-// follow it, and the FMA peak's chains count the work of the ISA they ran in; and the dispatch
-// point's routes (kernels/dispatch.h). CTest runs this file uncapped and capped at baseline
-// (kernel_tests_baseline_isa_core).
+// follow it, the loops' compiled variants follow it, and the FMA peak's chains count the work of
+// the ISA they ran in; and the dispatch point's routes (kernels/dispatch.h). CTest runs this file
+// uncapped and capped at baseline (kernel_tests_baseline_isa_core).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +12,7 @@
 #include "kernels/cpu_features.h"
 #include "kernels/dispatch.h"
 #include "kernels/fma_peak.h"
+#include "kernels/isa_variants.h"
 #include "kernels/tile_gemm.h"
 
 using namespace retort::kernels;
@@ -22,6 +23,15 @@ TEST(KernelIsa, FollowsTheEnvironmentCap) {
   if (cap && std::strcmp(cap, "avx2") == 0) EXPECT_NE(kernel_isa(), Isa::avx512);
   // The tile products run their AVX-512 loops exactly when the kernels may use AVX-512.
   EXPECT_EQ(tile_gemm_available(), kernel_isa() == Isa::avx512);
+}
+
+// The row, logit and attention loops run the compiled variant the cap allows, so under
+// RETORT_KERNEL_ISA=baseline the tests exercise the baseline-ISA code on any machine.
+TEST(KernelIsa, LoopsRunTheVariantTheCapAllows) {
+  const char* picked = variant_for_isa<const char*>("avx512", "avx2", "baseline");
+  EXPECT_STREQ(picked, isa_name(kernel_isa()));
+  const char* cap = std::getenv("RETORT_KERNEL_ISA");
+  if (cap && std::strcmp(cap, "baseline") == 0) EXPECT_STREQ(picked, "baseline");
 }
 
 // 12 chains of 16, 8 or 4 lanes, two operations each per round.
