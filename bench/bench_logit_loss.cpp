@@ -1,6 +1,6 @@
 // bench/bench_logit_loss.cpp: the fused logit loss alone (distill/logit_losses.h,
-// logit_distillation_total_from_heads: both heads' logits, forward KL + the LM cross-entropy,
-// the student head's input and weight gradients formed in forward) on the shapes of
+// logit_distillation_from_heads, gradient in forward: both heads' logits, forward KL + the LM
+// cross-entropy, the student head's input and weight gradients formed in forward) on the shapes of
 // bench_distill: 1024 tokens, hidden 512, vocab 32000, per chunk size: seconds per call
 // (best of the rounds), the matrix products' share at the measured GEMM peak, and the extra
 // peak tensor memory of the call. Chooses distill.chunk_tokens: the smallest chunk whose call
@@ -57,9 +57,9 @@ int measure(int argc, char** argv) {
       memory.reset_peak();
       const int64_t before = memory.current_bytes();
       const auto start = std::chrono::steady_clock::now();
-      distill::FusedLogitLoss loss = distill::logit_distillation_total_from_heads(
+      distill::LogitLossValue loss = distill::logit_distillation_from_heads(
           {xs, ws}, {xt, wt}, weight, targets, vocab, options, layers::TensorParallel{},
-          1.0 / tokens, 1.0 / tokens);
+          {1.0 / tokens, 1.0 / tokens}, distill::HeadLogits::gradient_in_forward);
       loss.total.backward();
       best = std::min(
           best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());

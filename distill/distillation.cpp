@@ -95,86 +95,37 @@ std::set<std::string> Distiller::teacher_captures() const {
   return names;
 }
 
-torch::Tensor Distiller::loss(const torch::Tensor& student_logits,
-                              const torch::Tensor& teacher_logits, const torch::Tensor& targets,
-                              layers::CaptureSink& student_sink, layers::CaptureSink& teacher_sink,
-                              double target_count, int64_t vocab_size, LossTerms* terms) const {
-  return output_loss(student_logits, teacher_logits, targets, target_count, vocab_size, terms) +
-         activation_loss(targets, student_sink, teacher_sink, target_count, terms);
-}
-
-torch::Tensor Distiller::weighted_output(torch::Tensor kd_sum, torch::Tensor ce_sum,
-                                         double target_count, LossTerms* terms) const {
-  torch::Tensor total;
-  if (kd_sum.defined()) {
-    torch::Tensor kd = kd_sum / target_count;
-    terms->logits += kd.item<double>();
-    if (fault_injected(Fault::LogitTermOneTpRank) && tp_.rank() != 0) kd = kd * 0;
-    total = config_.logit_weight * kd;
-  }
-  if (ce_sum.defined()) {
-    torch::Tensor lm = ce_sum / target_count;
-    terms->lm += lm.item<double>();
-    total = total.defined() ? total + config_.lm_weight * lm : config_.lm_weight * lm;
-  }
-  return total;
-}
-
-torch::Tensor Distiller::output_loss(const torch::Tensor& student_logits,
-                                     const torch::Tensor& teacher_logits,
+torch::Tensor Distiller::output_loss(const HeadInput& student, const HeadInput& teacher,
                                      const torch::Tensor& targets, double target_count,
-                                     int64_t vocab_size, LossTerms* terms) const {
-  torch::Tensor weight = targets.ne(kIgnore);
-  torch::Tensor kd_sum, ce_sum;
-  if (config_.logit_weight > 0) {  // with the LM loss fused in when both are on
-    std::tie(kd_sum, ce_sum) = logit_distillation_and_lm_sums(
-        student_logits, teacher_logits, weight, config_.lm_weight > 0 ? targets : torch::Tensor(),
-        vocab_size, config_.logits, tp_);
-  } else if (config_.lm_weight > 0) {
-    ce_sum = layers::vocab_parallel_cross_entropy(student_logits, targets, vocab_size, tp_).sum();
-  }
-  if (config_.lm_weight <= 0) ce_sum = torch::Tensor();
-  torch::Tensor total = weighted_output(kd_sum, ce_sum, target_count, terms);
-  return total.defined() ? total : torch::zeros({}, student_logits.options());
-}
-
-torch::Tensor Distiller::output_loss_from_heads(const HeadInput& student, const HeadInput& teacher,
-                                                const torch::Tensor& targets, double target_count,
-                                                int64_t vocab_size, int64_t lm_chunk_tokens,
-                                                bool recompute_heads, LossTerms* terms) const {
-  torch::Tensor weight = targets.ne(kIgnore);
-  torch::Tensor kd_sum, ce_sum;
+                                     int64_t vocab_size, int64_t lm_chunk_tokens,
+                                     bool recompute_heads, LossTerms* terms) const {
   const bool with_lm = config_.lm_weight > 0;
-  // A streaming weight-gradient sink (optimizer-in-backward) takes the recomputing form: its
-  // backward forms the logits again anyway, so d/dx is formed there too, from the same
-  // softmax pass. One that takes the gradient whole gets it from the fused form's backward.
-  const bool streaming = student.weight_grad_sink && student.weight_grad_sink->streams();
-  if (config_.logit_weight > 0 && !recompute_heads && !streaming) {
+  if (config_.logit_weight > 0) {  // with the LM loss fused in when both are on
     const bool dropped = fault_injected(Fault::LogitTermOneTpRank) && tp_.rank() != 0;
-    FusedLogitLoss fused = logit_distillation_total_from_heads(
-        student, teacher, weight, with_lm ? targets : torch::Tensor(), vocab_size, config_.logits,
-        tp_, dropped ? 0.0 : config_.logit_weight / target_count,
-        with_lm ? config_.lm_weight / target_count : 0.0);
-    terms->logits += (fused.kd_sum / target_count).item<double>();
-    if (with_lm) terms->lm += (fused.ce_sum / target_count).item<double>();
-    return fused.total;
+    const LossFactors factors{dropped ? 0.0 : config_.logit_weight / target_count,
+                              with_lm ? config_.lm_weight / target_count : 0.0};
+    LogitLossValue value = logit_distillation_from_heads(
+        student, teacher, targets.ne(kIgnore), with_lm ? targets : torch::Tensor(), vocab_size,
+        config_.logits, tp_, factors,
+        recompute_heads ? HeadLogits::formed_again_in_backward : HeadLogits::gradient_in_forward);
+    terms->logits += (value.kd_sum / target_count).item<double>();
+    if (with_lm) terms->lm += (value.ce_sum / target_count).item<double>();
+    return value.total;
   }
-  if (config_.logit_weight > 0) {
-    std::tie(kd_sum, ce_sum) = logit_distillation_and_lm_sums_from_heads(
-        student, teacher, weight, config_.lm_weight > 0 ? targets : torch::Tensor(), vocab_size,
-        config_.logits, tp_);
-  } else if (config_.lm_weight > 0 && lm_chunk_tokens > 0) {
+  if (!with_lm) return torch::zeros({}, student.input.options());
+  torch::Tensor ce_sum;
+  if (lm_chunk_tokens > 0) {
     ce_sum =
         layers::fused_head_cross_entropy_sum(student.input, student.weight, targets, vocab_size,
                                              tp_, lm_chunk_tokens, student.weight_grad_sink);
-  } else if (config_.lm_weight > 0) {  // the unfused head asked for
+  } else {  // the unfused head asked for
     ce_sum = layers::vocab_parallel_cross_entropy(torch::matmul(student.input, student.weight.t()),
                                                   targets, vocab_size, tp_)
                  .sum();
   }
-  if (config_.lm_weight <= 0) ce_sum = torch::Tensor();
-  torch::Tensor total = weighted_output(kd_sum, ce_sum, target_count, terms);
-  return total.defined() ? total : torch::zeros({}, student.input.options());
+  torch::Tensor lm = ce_sum / target_count;
+  terms->lm += lm.item<double>();
+  return config_.lm_weight * lm;
 }
 
 torch::Tensor Distiller::activation_loss(const torch::Tensor& targets,

@@ -44,23 +44,14 @@ class Distiller {
   bool needs_teacher_logits() const { return config_.logit_weight > 0; }
   Teacher& teacher() { return teacher_; }
 
-  // The weighted total divided by target_count; terms receives the parts (whole model).
-  torch::Tensor loss(const torch::Tensor& student_logits, const torch::Tensor& teacher_logits,
-                     const torch::Tensor& targets, layers::CaptureSink& student_sink,
-                     layers::CaptureSink& teacher_sink, double target_count, int64_t vocab_size,
-                     LossTerms* terms) const;
-  // The weighted LM and logit losses (the last stage's part).
-  torch::Tensor output_loss(const torch::Tensor& student_logits,
-                            const torch::Tensor& teacher_logits, const torch::Tensor& targets,
-                            double target_count, int64_t vocab_size, LossTerms* terms) const;
-  // The same from the heads' inputs, the heads fused into the losses so that no
-  // [tokens, vocab] tensor outlives a chunk. recompute_heads (activation checkpointing): keep
-  // only the head inputs and form the logits again in backward; otherwise form the gradient
-  // in forward and keep it. `teacher` is unused without a logit loss.
-  torch::Tensor output_loss_from_heads(const HeadInput& student, const HeadInput& teacher,
-                                       const torch::Tensor& targets, double target_count,
-                                       int64_t vocab_size, int64_t lm_chunk_tokens,
-                                       bool recompute_heads, LossTerms* terms) const;
+  // The weighted LM and logit losses (the last stage's part) divided by target_count, from
+  // the heads' inputs: the heads are fused into the losses, so no [tokens, vocab] tensor
+  // outlives a chunk. recompute_heads (activation checkpointing): keep only the head inputs
+  // and form the logits again in backward; otherwise form the gradient in forward and keep
+  // it. `teacher` is unused without a logit loss; terms receives the parts.
+  torch::Tensor output_loss(const HeadInput& student, const HeadInput& teacher,
+                            const torch::Tensor& targets, double target_count, int64_t vocab_size,
+                            int64_t lm_chunk_tokens, bool recompute_heads, LossTerms* terms) const;
   // The weighted activation losses of this stage's pairs (zero without any). Takes the
   // pairs' captures out of both sinks: the losses keep what their backward needs.
   torch::Tensor activation_loss(const torch::Tensor& targets, layers::CaptureSink& student_sink,
@@ -69,11 +60,6 @@ class Distiller {
 
  private:
   bool local(size_t pair) const { return local_[pair]; }
-  // The weighted total of the logit loss sum and the LM cross-entropy sum (either undefined
-  // when its weight is 0), each divided by target_count; terms receives the parts.
-  torch::Tensor weighted_output(torch::Tensor kd_sum, torch::Tensor ce_sum, double target_count,
-                                LossTerms* terms) const;
-
   DistillConfig config_;
   Teacher& teacher_;
   layers::TensorParallel tp_;

@@ -3,10 +3,11 @@
 //   forward_kl  = sum_v p_t (log p_t - log p_s)     (KL(teacher || student))
 //   reverse_kl  = sum_v p_s (log p_s - log p_t)     (KL(student || teacher))
 //   soft_ce     = -sum_v p_t log p_s                (soft cross-entropy)
-// with p = softmax(logits / T). Per-token values are summed over tokens whose weight is 1
-// (masked tokens have 0); optionally scaled by T^2 (Hinton). The log-sum-exps are reduced
-// over TP once in forward; backward recomputes the probabilities chunk by chunk from the
-// saved logits, so extra memory stays at one chunk of tokens.
+// with p = softmax(logits / T), the logits formed from the heads' inputs chunk of tokens by
+// chunk. Per-token values are summed over tokens whose weight is 1 (masked tokens have 0);
+// optionally scaled by T^2 (Hinton). The log-sum-exps are reduced over TP once per chunk.
+// One entry point; tests that start from logits give it identity heads
+// (tests/support/logit_loss_on_logits.h).
 #pragma once
 #include <torch/torch.h>
 
@@ -18,53 +19,49 @@
 
 namespace retort::distill {
 
-// student, teacher: [..., local_vocab]; weight: [...] of 0/1 (which tokens count).
-// Returns the weighted sum over tokens (a scalar, identical on every TP rank).
-torch::Tensor logit_distillation_sum(const torch::Tensor& student, const torch::Tensor& teacher,
-                                     const torch::Tensor& weight, int64_t vocab_size,
-                                     const LogitLossOptions& options,
-                                     const layers::TensorParallel& tp);
-
-// The same logit loss and, computed alongside on the same student logits, the LM
-// cross-entropy against hard targets ([...], kIgnoreIndex where weight is 0): {kd, ce}. The
-// fused form keeps no softmax for the cross-entropy's backward, so distillation adds only the
-// teacher's logits to the memory of an LM-only step.
-std::pair<torch::Tensor, torch::Tensor> logit_distillation_and_lm_sums(
-    const torch::Tensor& student, const torch::Tensor& teacher, const torch::Tensor& weight,
-    const torch::Tensor& targets, int64_t vocab_size, const LogitLossOptions& options,
-    const layers::TensorParallel& tp);
-
 // An LM head as the logit loss sees it: logits = input @ weight^T over this rank's (padded)
 // vocabulary slice. input [..., h] is the head's input after the final norm (and
 // enter_column), weight [local_vocab, h].
 // weight_grad_sink (the student's, optional; optimizer-in-backward): the weight's gradient
-// goes there in blocks of rows, formed in backward, instead of to autograd. The recomputing
-// form (logit_distillation_and_lm_sums_from_heads) and the fused LM head take one; the
-// total form, which forms the gradient in forward, refuses it.
+// goes there instead of to autograd, whole or in blocks of rows formed in backward
+// (layers/head_grad_sink.h).
 struct HeadInput {
   torch::Tensor input, weight;
   layers::HeadGradSink* weight_grad_sink = nullptr;
 };
 
-// The same {kd, ce} with both heads fused in: a chunk's logits are computed from the head
-// inputs in forward and again in backward, and never kept; gradients reach the student head's
-// input and weight. Under activation checkpointing this keeps [tokens, h] instead of
-// [tokens, vocab] (the price: both heads' logits computed twice).
-std::pair<torch::Tensor, torch::Tensor> logit_distillation_and_lm_sums_from_heads(
-    const HeadInput& student, const HeadInput& teacher, const torch::Tensor& weight,
-    const torch::Tensor& targets, int64_t vocab_size, const LogitLossOptions& options,
-    const layers::TensorParallel& tp);
+// How the loss's total is weighted: kd * logit loss sum + ce * LM cross-entropy sum.
+struct LossFactors {
+  double kd = 1, ce = 0;
+};
 
-// The weighted total kd_factor * kd + ce_factor * ce with both heads fused in and its
-// gradient formed in forward, chunk by chunk (no [tokens, vocab] tensor exists beyond one
-// chunk, none is kept, none recomputed); backward scales the gradient of the student head's
-// input and weight. kd and ce come back as plain values, for logging.
-struct FusedLogitLoss {
+// When the student's and teacher's logits are formed. Either way no [tokens, vocab] tensor
+// outlives a chunk of tokens.
+enum class HeadLogits {
+  // Once, in forward, which forms the gradient of the student head's input and weight chunk
+  // by chunk; backward only scales it. The default: one pass over the logits.
+  gradient_in_forward,
+  // In forward for the loss and again in backward for the gradient, so only the head inputs
+  // are kept (activation checkpointing). Taken whatever is asked when the student's sink
+  // streams rows (optimizer-in-backward).
+  formed_again_in_backward,
+};
+
+// The weighted total (differentiable) and its two sums (plain values, for logging).
+struct LogitLossValue {
   torch::Tensor total, kd_sum, ce_sum;
 };
-FusedLogitLoss logit_distillation_total_from_heads(
-    const HeadInput& student, const HeadInput& teacher, const torch::Tensor& weight,
-    const torch::Tensor& targets, int64_t vocab_size, const LogitLossOptions& options,
-    const layers::TensorParallel& tp, double kd_factor, double ce_factor);
+
+// The logit loss with both heads fused in, and alongside it on the same student logits the
+// LM cross-entropy against hard targets ([...], kIgnoreIndex where weight is 0; undefined:
+// none). weight: [...] of 0/1 (which tokens count). The sums run over the tokens whose weight
+// is 1 and are identical on every TP rank; the gradients reach the student head's input (this
+// rank's part, summed over TP by the caller's enter_column) and weight.
+LogitLossValue logit_distillation_from_heads(const HeadInput& student, const HeadInput& teacher,
+                                             const torch::Tensor& weight,
+                                             const torch::Tensor& targets, int64_t vocab_size,
+                                             const LogitLossOptions& options,
+                                             const layers::TensorParallel& tp,
+                                             const LossFactors& factors, HeadLogits head_logits);
 
 }  // namespace retort::distill

@@ -42,4 +42,13 @@ inline torch::Tensor zeroed_whole_gradient(HeadGradSink* sink, const torch::Tens
   return torch::zeros_like(weight, torch::MemoryFormat::Contiguous);
 }
 
+// The head weight's whole gradient, formed in forward and scaled in backward: to a sink that
+// takes it whole (then autograd gets none: the undefined tensor returned), else returned for
+// autograd.
+inline torch::Tensor deliver_whole_gradient(HeadGradSink* sink, const torch::Tensor& grad) {
+  if (!sink || !grad.defined()) return grad;
+  sink->take_rows(0, grad);
+  return torch::Tensor();
+}
+
 }  // namespace retort::layers

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <limits>
 
+#include "common/saved_object.h"
 #include "kernels/row_loops.h"
 #include "layers/kernel_route.h"
 #include "layers/linear_products.h"
@@ -96,13 +97,13 @@ FusedHeadResult fused_head_forward(const torch::Tensor& x2d, const torch::Tensor
   torch::Tensor ids = torch::arange(vocab_start, vocab_start + local, t.options());
   torch::Tensor padded = ids >= vocab_size;
   const bool any_padded = vocab_start + local > vocab_size;
-  FusedHeadResult r;
-  r.loss_sum = torch::zeros({}, x2d.options());
-  if (want_x) r.grad_x = torch::empty_like(x2d);
-  if (want_weight) r.grad_weight = zeroed_whole_gradient(sink, weight);
+  FusedHeadResult result;
+  result.loss_sum = torch::zeros({}, x2d.options());
+  if (want_x) result.grad_x = torch::empty_like(x2d);
+  if (want_weight) result.grad_weight = zeroed_whole_gradient(sink, weight);
   if (want_stats) {
-    r.max = torch::empty({n}, x2d.options());
-    r.sum_exp = torch::empty({n}, x2d.options());
+    result.max = torch::empty({n}, x2d.options());
+    result.sum_exp = torch::empty({n}, x2d.options());
   }
   // Alone on the vocabulary, the softmax and its gradient are one loop per row
   // (kernels::cross_entropy_rows); the streamed form's backward forms the same gradient again
@@ -131,17 +132,17 @@ FusedHeadResult fused_head_forward(const torch::Tensor& x2d, const torch::Tensor
                                       want_grad ? keep.data_ptr<scalar_t>() + b : nullptr);
         });
       });
-      r.loss_sum += loss.sum();
+      result.loss_sum += loss.sum();
       if (want_stats) {
-        r.max.narrow(0, start, len).copy_(max);
-        r.sum_exp.narrow(0, start, len).copy_(sum);
+        result.max.narrow(0, start, len).copy_(max);
+        result.sum_exp.narrow(0, start, len).copy_(sum);
       }
       if (!want_grad) continue;
       if (want_x) {  // written in place: grad_x rows are contiguous
-        torch::Tensor rows = r.grad_x.narrow(0, start, len);
+        torch::Tensor rows = result.grad_x.narrow(0, start, len);
         product_by_out(rows, z, weight);
       }
-      if (want_weight) r.grad_weight.addmm_(z.t(), xc);
+      if (want_weight) result.grad_weight.addmm_(z.t(), xc);
       continue;
     }
     if (any_padded) z.masked_fill_(padded, -std::numeric_limits<double>::infinity());
@@ -160,32 +161,32 @@ FusedHeadResult fused_head_forward(const torch::Tensor& x2d, const torch::Tensor
     torch::Tensor sum_exp = z.sum(-1).contiguous();
     all_reduce(sum_exp, group, parallel::ReduceOp::Sum);
     if (want_stats) {
-      r.max.narrow(0, start, len).copy_(max);
-      r.sum_exp.narrow(0, start, len).copy_(sum_exp);
+      result.max.narrow(0, start, len).copy_(max);
+      result.sum_exp.narrow(0, start, len).copy_(sum_exp);
     }
     torch::Tensor keep = tc.ne(kIgnore).to(z.dtype());
-    r.loss_sum += ((sum_exp.log() - target_logit) * keep).sum();
+    result.loss_sum += ((sum_exp.log() - target_logit) * keep).sum();
     if (!want_x && !want_weight) continue;
     // d(loss)/d(logits) = (softmax - onehot(target)) for counted tokens.
     z.div_(sum_exp.unsqueeze(-1)).mul_(keep.unsqueeze(-1));
     z.scatter_add_(1, local_index.unsqueeze(1),
                    (-keep * (in_range & tc.ne(kIgnore)).to(z.dtype())).unsqueeze(1));
-    if (want_x) r.grad_x.narrow(0, start, len).copy_(torch::matmul(z, weight));
-    if (want_weight) r.grad_weight.addmm_(z.t(), xc);
+    if (want_x) result.grad_x.narrow(0, start, len).copy_(torch::matmul(z, weight));
+    if (want_weight) result.grad_weight.addmm_(z.t(), xc);
   }
-  return r;
+  return result;
 }
 
 struct FusedHeadCrossEntropy : torch::autograd::Function<FusedHeadCrossEntropy> {
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x2d, torch::Tensor weight,
                                torch::Tensor targets, int64_t vocab_start, int64_t vocab_size,
                                parallel::Communicator* group, int64_t chunk, HeadGradSink* sink) {
-    FusedHeadResult r =
+    FusedHeadResult result =
         fused_head_forward(x2d, weight, targets, vocab_start, vocab_size, group, chunk,
                            x2d.requires_grad(), weight.requires_grad(), false, sink);
-    ctx->save_for_backward({r.grad_x, r.grad_weight});
-    ctx->saved_data["sink"] = reinterpret_cast<int64_t>(sink);
-    return r.loss_sum;
+    ctx->save_for_backward({result.grad_x, result.grad_weight});
+    save_object(ctx, "sink", sink);
+    return result.loss_sum;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
@@ -195,11 +196,8 @@ struct FusedHeadCrossEntropy : torch::autograd::Function<FusedHeadCrossEntropy> 
     // head exists to avoid.
     torch::Tensor grad_x = saved[0].defined() ? saved[0].mul_(g) : torch::Tensor();
     torch::Tensor grad_weight = saved[1].defined() ? saved[1].mul_(g) : torch::Tensor();
-    auto* sink = reinterpret_cast<HeadGradSink*>(ctx->saved_data["sink"].toInt());
-    if (sink && grad_weight.defined()) {  // taken whole (HeadGradSink::streams() false)
-      sink->take_rows(0, grad_weight);
-      grad_weight = torch::Tensor();
-    }
+    // Taken whole by a sink that does not stream (HeadGradSink::streams() false).
+    grad_weight = deliver_whole_gradient(saved_object<HeadGradSink*>(ctx, "sink"), grad_weight);
     return {grad_x,          grad_weight,     torch::Tensor(), torch::Tensor(),
             torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
@@ -213,15 +211,15 @@ struct StreamedHeadCrossEntropy : torch::autograd::Function<StreamedHeadCrossEnt
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x2d, torch::Tensor weight,
                                torch::Tensor targets, int64_t vocab_start, int64_t vocab_size,
                                parallel::Communicator* group, int64_t chunk, HeadGradSink* sink) {
-    FusedHeadResult r = fused_head_forward(x2d, weight, targets, vocab_start, vocab_size, group,
-                                           chunk, x2d.requires_grad(), false, true);
-    ctx->save_for_backward({x2d, weight, targets, r.max, r.sum_exp, r.grad_x});
+    FusedHeadResult result = fused_head_forward(x2d, weight, targets, vocab_start, vocab_size,
+                                                group, chunk, x2d.requires_grad(), false, true);
+    ctx->save_for_backward({x2d, weight, targets, result.max, result.sum_exp, result.grad_x});
     ctx->saved_data["vocab_start"] = vocab_start;
     ctx->saved_data["vocab_size"] = vocab_size;
     ctx->saved_data["chunk"] = chunk;
-    ctx->saved_data["sink"] = reinterpret_cast<int64_t>(sink);
+    save_object(ctx, "sink", sink);
     ctx->saved_data["loops"] = row_loops_apply(x2d, group);
-    return r.loss_sum;
+    return result.loss_sum;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
@@ -232,7 +230,7 @@ struct StreamedHeadCrossEntropy : torch::autograd::Function<StreamedHeadCrossEnt
     const int64_t vocab_start = ctx->saved_data["vocab_start"].toInt();
     const int64_t vocab_size = ctx->saved_data["vocab_size"].toInt();
     const int64_t chunk = ctx->saved_data["chunk"].toInt();
-    auto* sink = reinterpret_cast<HeadGradSink*>(ctx->saved_data["sink"].toInt());
+    HeadGradSink* sink = saved_object<HeadGradSink*>(ctx, "sink");
     const bool loops = ctx->saved_data["loops"].toBool();
     torch::NoGradGuard no_grad;
     const int64_t n = x2d.size(0), local = weight.size(0);

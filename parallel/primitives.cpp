@@ -1,6 +1,8 @@
 // parallel/primitives.cpp: see primitives.h. Each primitive is a torch autograd Function;
-// the communicator travels in the context as a pointer (it outlives every graph).
+// the communicator travels in the context (common/saved_object.h; it outlives every graph).
 #include "parallel/primitives.h"
+
+#include "common/saved_object.h"
 
 namespace retort::parallel {
 namespace {
@@ -9,10 +11,10 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 Communicator& comm_of(AutogradContext* ctx) {
-  return *reinterpret_cast<Communicator*>(ctx->saved_data["comm"].toInt());
+  return *saved_object<Communicator*>(ctx, "comm");
 }
 void keep_comm(AutogradContext* ctx, Communicator& comm) {
-  ctx->saved_data["comm"] = reinterpret_cast<int64_t>(&comm);
+  save_object(ctx, "comm", &comm);
 }
 
 torch::Tensor all_reduced(const torch::Tensor& x, Communicator& comm) {

@@ -91,21 +91,22 @@ double StageStep::train(parallel::Communicator& pp, const std::vector<MicroBatch
   runner.gradient_shape = hidden_shape(batch, student_width);
   runner.dtype = dtype_;
   runner.forward = [&](int m, const torch::Tensor& received) -> torch::Tensor {
-    const MicroBatch& b = micro[m];
-    InFlight& f = in_flight[m];
+    const MicroBatch& micro_batch = micro[m];
+    InFlight& flight = in_flight[m];
     torch::Tensor x, t;
     // What the forward allocates and keeps is the student's saved activations or the
     // teacher's activations (its hidden state, captures and logits); backward's temporaries
     // count as the rest.
     MemoryScope student_memory(MemoryCategory::activations);
     if (stage.embedding) {
-      x = student.embed(b.tokens);
+      x = student.embed(micro_batch.tokens);
       MemoryScope teacher_memory(MemoryCategory::teacher_activations);
-      if (teacher_travels) t = teacher->embed(b.tokens);
+      if (teacher_travels) t = teacher->embed(micro_batch.tokens);
     } else {
-      f.input = (teacher_travels ? received.narrow(2, 0, student_width).contiguous() : received)
-                    .requires_grad_(true);
-      x = f.input;
+      flight.input =
+          (teacher_travels ? received.narrow(2, 0, student_width).contiguous() : received)
+              .requires_grad_(true);
+      x = flight.input;
       MemoryScope teacher_memory(MemoryCategory::teacher_activations);
       if (teacher_travels) t = received.narrow(2, student_width, teacher_width).contiguous();
     }
@@ -118,18 +119,20 @@ double StageStep::train(parallel::Communicator& pp, const std::vector<MicroBatch
       t = teacher->run_blocks(t, seq_len_, &teacher_sink);
     }
     // Before the activation losses take (and free) the teacher's captures.
-    if (inspect_captures) inspector->on_captures(step, b.first_sample, sink, teacher_sink);
+    if (inspect_captures)
+      inspector->on_captures(step, micro_batch.first_sample, sink, teacher_sink);
 
     torch::Tensor loss;  // this stage's part of the micro-batch's loss
     if (distiller)
-      loss = distiller->activation_loss(b.targets, sink, teacher_sink, target_count, &terms);
+      loss =
+          distiller->activation_loss(micro_batch.targets, sink, teacher_sink, target_count, &terms);
     if (stage.head) {
       TraceSpan span([] { return "retort head and loss"; });
       torch::Tensor head;
       // The last micro-batch's backward makes the head weight's gradient final.
-      layers::HeadGradSink* sink = m + 1 == micro_batches ? head_grad_sink_ : nullptr;
+      layers::HeadGradSink* head_sink = m + 1 == micro_batches ? head_grad_sink_ : nullptr;
       if (!distiller) {
-        head = student.head_loss_sum(x, b.targets, sink) / target_count;
+        head = student.head_loss_sum(x, micro_batch.targets, head_sink) / target_count;
       } else {
         // The heads are fused into the losses: no [tokens, vocab] logits outlive a chunk.
         // Full checkpointing keeps only the head inputs and forms the logits again in
@@ -140,43 +143,43 @@ double StageStep::train(parallel::Communicator& pp, const std::vector<MicroBatch
           teacher_head = teacher->head_input(t);
         }
         const bool recompute = student.recompute().mode == layers::Checkpointing::full;
-        head = distiller->output_loss_from_heads(
-            {student.head_input(x), student.head_weight(), sink}, teacher_head, b.targets,
-            target_count, student.config().vocab_size, student.head_chunk_tokens(), recompute,
-            &terms);
+        head = distiller->output_loss({student.head_input(x), student.head_weight(), head_sink},
+                                      teacher_head, micro_batch.targets, target_count,
+                                      student.config().vocab_size, student.head_chunk_tokens(),
+                                      recompute, &terms);
       }
       loss = loss.defined() ? loss + head : head;
     }
     if (loss.defined()) {
       loss_value += loss.item<double>();
-      f.loss_edge = edge_of(loss);
-      f.loss_seed = torch::ones({}, loss.options());
+      flight.loss_edge = edge_of(loss);
+      flight.loss_seed = torch::ones({}, loss.options());
     }
     if (stage.head) return {};
-    f.output_edge = edge_of(x);
+    flight.output_edge = edge_of(x);
     return teacher_travels ? torch::cat({x.detach(), t}, 2) : x.detach();
   };
   runner.backward = [&](int m, const torch::Tensor& output_grad) -> torch::Tensor {
     // The last micro-batch's backward finishes gradients as they become final.
     if (m + 1 == micro_batches) sync.arm();
-    InFlight f = std::move(in_flight[m]);
+    InFlight flight = std::move(in_flight[m]);
     torch::autograd::edge_list roots;
     std::vector<torch::Tensor> seeds;
-    if (f.output_edge.is_valid()) {
-      roots.push_back(f.output_edge);
+    if (flight.output_edge.is_valid()) {
+      roots.push_back(flight.output_edge);
       seeds.push_back(output_grad);
     }
-    if (f.loss_edge.is_valid()) {
-      roots.push_back(f.loss_edge);
-      seeds.push_back(f.loss_seed);
+    if (flight.loss_edge.is_valid()) {
+      roots.push_back(flight.loss_edge);
+      seeds.push_back(flight.loss_seed);
     }
     if (!roots.empty())
       torch::autograd::Engine::get_default_engine().execute(roots, seeds, /*keep_graph=*/false,
                                                             /*create_graph=*/false,
                                                             /*accumulate_grad=*/true);
     if (stage.embedding) return {};
-    torch::Tensor grad = f.input.grad();
-    return grad.defined() ? grad : torch::zeros(runner.gradient_shape, f.input.options());
+    torch::Tensor grad = flight.input.grad();
+    return grad.defined() ? grad : torch::zeros(runner.gradient_shape, flight.input.options());
   };
   runner.forward = timed(runner.forward, times.forward_s, "forward");
   runner.backward = timed(runner.backward, times.backward_s, "backward");
@@ -203,13 +206,13 @@ double StageStep::evaluate(parallel::Communicator& pp, const std::vector<MicroBa
   runner.activation_shape = hidden_shape(micro[0].tokens.size(0), student.config().hidden);
   runner.dtype = dtype_;
   runner.forward = [&](int m, const torch::Tensor& received) -> torch::Tensor {
-    const MicroBatch& b = micro[m];
-    TORCH_CHECK(b.tokens.size(0) == micro[0].tokens.size(0),
+    const MicroBatch& micro_batch = micro[m];
+    TORCH_CHECK(micro_batch.tokens.size(0) == micro[0].tokens.size(0),
                 "validation micro-batches must have one size");
-    torch::Tensor x = student.stage().embedding ? student.embed(b.tokens) : received;
+    torch::Tensor x = student.stage().embedding ? student.embed(micro_batch.tokens) : received;
     x = student.run_blocks(x, seq_len_, nullptr);
     if (!student.stage().head) return x;
-    loss_sum += student.head_loss_sum(x, b.targets).item<double>();
+    loss_sum += student.head_loss_sum(x, micro_batch.targets).item<double>();
     return {};
   };
   parallel::run_forwards(pp, int(micro.size()), runner);

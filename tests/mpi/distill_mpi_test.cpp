@@ -49,10 +49,12 @@ double run_identical(const layers::TensorParallel& tp, LogitLoss logit_kind,
   targets[0][3] = layers::kIgnoreIndex;
   layers::CaptureSink teacher_sink(distiller.teacher_captures());
   layers::CaptureSink student_sink(distiller.student_captures());
-  torch::Tensor teacher_logits = teacher.forward(tokens, &teacher_sink);
-  torch::Tensor logits = student.forward(tokens, &student_sink);
-  torch::Tensor loss = distiller.loss(logits, teacher_logits, targets, student_sink, teacher_sink,
-                                      31.0, c.vocab_size, terms);
+  torch::Tensor t = teacher.run_blocks(teacher.embed(tokens), tokens.size(1), &teacher_sink);
+  torch::Tensor x = student.run_blocks(student.embed(tokens), tokens.size(1), &student_sink);
+  torch::Tensor loss =
+      distiller.activation_loss(targets, student_sink, teacher_sink, 31.0, terms) +
+      distiller.output_loss({student.head_input(x), student.head_weight()}, teacher.head_input(t),
+                            targets, 31.0, c.vocab_size, 0, false, terms);
   loss.backward();
   engine::sum_partial_tp_grads(store, tp);
   double largest = 0;

@@ -5,13 +5,15 @@
 // partly padded with the ranks after it fully padded. Every kind, with and without
 // temperature, top-k teacher and the fused LM cross-entropy; the loss value must be the
 // reference's on every rank and each rank's gradient the reference gradient's slice (zero
-// on padding).
+// on padding), with the logits formed again in backward and with the gradient formed in
+// forward.
 #include <gtest/gtest.h>
 #include <mpi.h>
 #include <torch/torch.h>
 
 #include "distill/logit_losses.h"
 #include "parallel/communicator.h"
+#include "tests/support/logit_loss_on_logits.h"
 
 using namespace retort;
 using namespace retort::distill;
@@ -77,53 +79,59 @@ TEST(LogitLossesSplit, MatchGatheredVocabularyReference) {
           if (!(top_k > 0 && kind == LogitLoss::reverse_kl))
             cases.push_back({kind, temperature, top_k, with_ce});
   int checked = 0;
-  for (int64_t vocab : vocabularies) {
-    for (const Case& c : cases) {
-      // The same full logits on every rank (one seed); each rank takes its slice.
-      torch::manual_seed(1000 + vocab);
-      const int64_t n = 21;  // several chunks of 8, one partial
-      torch::Tensor s_full = torch::randn({n, padded}, torch::kDouble) * 2;
-      torch::Tensor t_full = torch::randn({n, padded}, torch::kDouble) * 3 + 0.5;
-      torch::Tensor targets = torch::randint(vocab, {n}, torch::kLong);
-      targets[4] = -100;
-      targets[17] = -100;
-      torch::Tensor weight = targets.ne(-100).to(torch::kDouble);
+  for (int64_t vocab : vocabularies)
+    for (const Case& c : cases)
+      for (distill::HeadLogits form : {distill::HeadLogits::gradient_in_forward,
+                                       distill::HeadLogits::formed_again_in_backward}) {
+        // The same full logits on every rank (one seed); each rank takes its slice.
+        torch::manual_seed(1000 + vocab);
+        const int64_t n = 21;  // several chunks of 8, one partial
+        torch::Tensor s_full = torch::randn({n, padded}, torch::kDouble) * 2;
+        torch::Tensor t_full = torch::randn({n, padded}, torch::kDouble) * 3 + 0.5;
+        torch::Tensor targets = torch::randint(vocab, {n}, torch::kLong);
+        targets[4] = -100;
+        targets[17] = -100;
+        torch::Tensor weight = targets.ne(-100).to(torch::kDouble);
 
-      torch::Tensor s = s_full.narrow(1, rank * kLocal, kLocal).clone().requires_grad_(true);
-      torch::Tensor t = t_full.narrow(1, rank * kLocal, kLocal).clone();
-      LogitLossOptions o;
-      o.kind = c.kind;
-      o.temperature = c.temperature;
-      o.chunk_tokens = 8;
-      o.teacher_top_k = c.top_k;
-      auto [kd, ce] = logit_distillation_and_lm_sums(
-          s, t, weight, c.with_ce ? targets : torch::Tensor(), vocab, o, split);
-      const double kd_weight = 0.7, ce_weight = 0.3;
-      (c.with_ce ? kd_weight * kd + ce_weight * ce : kd_weight * kd).backward();
+        torch::Tensor s = s_full.narrow(1, rank * kLocal, kLocal).clone().requires_grad_(true);
+        torch::Tensor t = t_full.narrow(1, rank * kLocal, kLocal).clone();
+        LogitLossOptions o;
+        o.kind = c.kind;
+        o.temperature = c.temperature;
+        o.chunk_tokens = 8;
+        o.teacher_top_k = c.top_k;
+        const double kd_weight = 0.7, ce_weight = 0.3;
+        LogitLossValue value = retort::testing::logit_loss_on_logits(
+            s, t, weight, c.with_ce ? targets : torch::Tensor(), vocab, o, split,
+            {kd_weight, c.with_ce ? ce_weight : 0.0}, form);
+        value.total.backward();
+        const torch::Tensor kd = value.kd_sum, ce = value.ce_sum;
 
-      torch::Tensor x = s_full.narrow(1, 0, vocab).clone().requires_grad_(true);
-      torch::Tensor ref_kd =
-          (reference_per_token(x, t_full.narrow(1, 0, vocab), c) * weight).sum() * c.temperature *
-          c.temperature;
-      torch::Tensor ref_ce = F::cross_entropy(
-          x, targets, F::CrossEntropyFuncOptions().reduction(torch::kSum).ignore_index(-100));
-      (c.with_ce ? kd_weight * ref_kd + ce_weight * ref_ce : kd_weight * ref_kd).backward();
-      torch::Tensor ref_grad =
-          torch::cat({x.grad(), torch::zeros({n, padded - vocab}, torch::kDouble)}, 1)
-              .narrow(1, rank * kLocal, kLocal);
+        torch::Tensor x = s_full.narrow(1, 0, vocab).clone().requires_grad_(true);
+        torch::Tensor ref_kd =
+            (reference_per_token(x, t_full.narrow(1, 0, vocab), c) * weight).sum() * c.temperature *
+            c.temperature;
+        torch::Tensor ref_ce = F::cross_entropy(
+            x, targets, F::CrossEntropyFuncOptions().reduction(torch::kSum).ignore_index(-100));
+        (c.with_ce ? kd_weight * ref_kd + ce_weight * ref_ce : kd_weight * ref_kd).backward();
+        torch::Tensor ref_grad =
+            torch::cat({x.grad(), torch::zeros({n, padded - vocab}, torch::kDouble)}, 1)
+                .narrow(1, rank * kLocal, kLocal);
 
-      const std::string what = describe(c, vocab) + " rank " + std::to_string(rank);
-      EXPECT_NEAR(kd.item<double>(), ref_kd.item<double>(),
-                  1e-10 * (1 + ref_kd.abs().item<double>()))
-          << what;
-      if (c.with_ce)
-        EXPECT_NEAR(ce.item<double>(), ref_ce.item<double>(), 1e-10 * ref_ce.item<double>())
+        const std::string what =
+            describe(c, vocab) + " rank " + std::to_string(rank) +
+            (form == distill::HeadLogits::gradient_in_forward ? " gradient in forward"
+                                                              : " formed again");
+        EXPECT_NEAR(kd.item<double>(), ref_kd.item<double>(),
+                    1e-10 * (1 + ref_kd.abs().item<double>()))
             << what;
-      EXPECT_TRUE(torch::allclose(s.grad(), ref_grad, 1e-9, 1e-12))
-          << what << ": largest gradient difference "
-          << (s.grad() - ref_grad).abs().max().item<double>();
-      ++checked;
-    }
-  }
-  EXPECT_EQ(checked, int(vocabularies.size() * cases.size()));
+        if (c.with_ce)
+          EXPECT_NEAR(ce.item<double>(), ref_ce.item<double>(), 1e-10 * ref_ce.item<double>())
+              << what;
+        EXPECT_TRUE(torch::allclose(s.grad(), ref_grad, 1e-9, 1e-12))
+            << what << ": largest gradient difference "
+            << (s.grad() - ref_grad).abs().max().item<double>();
+        ++checked;
+      }
+  EXPECT_EQ(checked, int(2 * vocabularies.size() * cases.size()));
 }

@@ -10,14 +10,18 @@
 #include "distill/logit_losses.h"
 #include "distill/teacher.h"
 #include "layers/model.h"
+#include "tests/support/logit_loss_on_logits.h"
 
 using namespace retort;
 using namespace retort::distill;
+using retort::testing::logit_loss_on_logits;
 namespace F = torch::nn::functional;
 
 namespace {
 
 constexpr int64_t kVocab = 50, kPadded = 64;
+constexpr HeadLogits kBothForms[] = {HeadLogits::gradient_in_forward,
+                                     HeadLogits::formed_again_in_backward};
 
 // Reference per-token losses over the real vocabulary.
 torch::Tensor reference_logit_loss(const torch::Tensor& s, const torch::Tensor& t, LogitLoss kind,
@@ -43,86 +47,94 @@ TEST(LogitLosses, MatchReferenceValuesAndGradients) {
   torch::manual_seed(3);
   for (LogitLoss kind : {LogitLoss::forward_kl, LogitLoss::reverse_kl, LogitLoss::soft_ce}) {
     for (double temperature : {1.0, 2.5}) {
-      torch::Tensor s = (torch::randn({3, 7, kPadded}, torch::kDouble) * 2).requires_grad_(true);
-      torch::Tensor t = torch::randn({3, 7, kPadded}, torch::kDouble) * 2;
-      torch::Tensor weight = torch::ones({3, 7}, torch::kDouble);
-      weight[0][3] = 0;
-      weight[2][6] = 0;
-      LogitLossOptions o;
-      o.kind = kind;
-      o.temperature = temperature;
-      o.chunk_tokens = 4;  // several chunks, one partial
-      torch::Tensor loss = logit_distillation_sum(s, t, weight, kVocab, o, {});
-      loss.backward();
-      torch::Tensor s_ref = s.detach().clone().requires_grad_(true);
-      torch::Tensor ref = (reference_logit_loss(s_ref, t, kind, temperature) * weight).sum() *
-                          temperature * temperature;
-      ref.backward();
-      EXPECT_NEAR(loss.item<double>(), ref.item<double>(), 1e-10)
-          << int(kind) << " T" << temperature;
-      EXPECT_TRUE(torch::allclose(s.grad(), s_ref.grad(), 1e-9, 1e-12)) << int(kind);
-      // Padded vocabulary and masked tokens get no gradient.
-      EXPECT_EQ(s.grad().narrow(-1, kVocab, kPadded - kVocab).abs().max().item<double>(), 0.0);
-      EXPECT_EQ(s.grad()[0][3].abs().max().item<double>(), 0.0);
+      for (HeadLogits form : kBothForms) {
+        torch::Tensor s = (torch::randn({3, 7, kPadded}, torch::kDouble) * 2).requires_grad_(true);
+        torch::Tensor t = torch::randn({3, 7, kPadded}, torch::kDouble) * 2;
+        torch::Tensor weight = torch::ones({3, 7}, torch::kDouble);
+        weight[0][3] = 0;
+        weight[2][6] = 0;
+        LogitLossOptions o;
+        o.kind = kind;
+        o.temperature = temperature;
+        o.chunk_tokens = 4;  // several chunks, one partial
+        torch::Tensor loss =
+            logit_loss_on_logits(s, t, weight, {}, kVocab, o, {}, {1, 0}, form).total;
+        loss.backward();
+        torch::Tensor s_ref = s.detach().clone().requires_grad_(true);
+        torch::Tensor ref = (reference_logit_loss(s_ref, t, kind, temperature) * weight).sum() *
+                            temperature * temperature;
+        ref.backward();
+        EXPECT_NEAR(loss.item<double>(), ref.item<double>(), 1e-10)
+            << int(kind) << " T" << temperature;
+        EXPECT_TRUE(torch::allclose(s.grad(), s_ref.grad(), 1e-9, 1e-12)) << int(kind);
+        // Padded vocabulary and masked tokens get no gradient.
+        EXPECT_EQ(s.grad().narrow(-1, kVocab, kPadded - kVocab).abs().max().item<double>(), 0.0);
+        EXPECT_EQ(s.grad()[0][3].abs().max().item<double>(), 0.0);
+      }
     }
   }
 }
 
 TEST(LogitLosses, FusedCrossEntropyMatchesTorch) {
   torch::manual_seed(8);
-  for (double temperature : {1.0, 3.0}) {
-    torch::Tensor s = (torch::randn({2, 9, kPadded}, torch::kDouble) * 2).requires_grad_(true);
-    torch::Tensor t = torch::randn({2, 9, kPadded}, torch::kDouble);
-    torch::Tensor targets = torch::randint(kVocab, {2, 9}, torch::kLong);
-    targets[1][4] = -100;
-    torch::Tensor weight = targets.ne(-100).to(torch::kDouble);
-    LogitLossOptions o;
-    o.temperature = temperature;
-    o.chunk_tokens = 5;
-    auto [kd, ce] = logit_distillation_and_lm_sums(s, t, weight, targets, kVocab, o, {});
-    (0.7 * kd + 0.3 * ce).backward();
-    torch::Tensor x = s.detach().clone().requires_grad_(true);
-    torch::Tensor ref_kd =
-        (reference_logit_loss(x, t, LogitLoss::forward_kl, temperature) * weight).sum() *
-        temperature * temperature;
-    torch::Tensor ref_ce =
-        F::cross_entropy(x.narrow(-1, 0, kVocab).reshape({-1, kVocab}), targets.reshape({-1}),
-                         F::CrossEntropyFuncOptions().reduction(torch::kSum).ignore_index(-100));
-    (0.7 * ref_kd + 0.3 * ref_ce).backward();
-    EXPECT_NEAR(kd.item<double>(), ref_kd.item<double>(), 1e-10);
-    EXPECT_NEAR(ce.item<double>(), ref_ce.item<double>(), 1e-10);
-    EXPECT_TRUE(torch::allclose(s.grad(), x.grad(), 1e-9, 1e-12)) << "T " << temperature;
-  }
+  for (double temperature : {1.0, 3.0})
+    for (HeadLogits form : kBothForms) {
+      torch::Tensor s = (torch::randn({2, 9, kPadded}, torch::kDouble) * 2).requires_grad_(true);
+      torch::Tensor t = torch::randn({2, 9, kPadded}, torch::kDouble);
+      torch::Tensor targets = torch::randint(kVocab, {2, 9}, torch::kLong);
+      targets[1][4] = -100;
+      torch::Tensor weight = targets.ne(-100).to(torch::kDouble);
+      LogitLossOptions o;
+      o.temperature = temperature;
+      o.chunk_tokens = 5;
+      LogitLossValue value =
+          logit_loss_on_logits(s, t, weight, targets, kVocab, o, {}, {0.7, 0.3}, form);
+      value.total.backward();
+      torch::Tensor x = s.detach().clone().requires_grad_(true);
+      torch::Tensor ref_kd =
+          (reference_logit_loss(x, t, LogitLoss::forward_kl, temperature) * weight).sum() *
+          temperature * temperature;
+      torch::Tensor ref_ce =
+          F::cross_entropy(x.narrow(-1, 0, kVocab).reshape({-1, kVocab}), targets.reshape({-1}),
+                           F::CrossEntropyFuncOptions().reduction(torch::kSum).ignore_index(-100));
+      (0.7 * ref_kd + 0.3 * ref_ce).backward();
+      EXPECT_NEAR(value.kd_sum.item<double>(), ref_kd.item<double>(), 1e-10);
+      EXPECT_NEAR(value.ce_sum.item<double>(), ref_ce.item<double>(), 1e-10);
+      EXPECT_NEAR(value.total.item<double>(), (0.7 * ref_kd + 0.3 * ref_ce).item<double>(), 1e-10);
+      EXPECT_TRUE(torch::allclose(s.grad(), x.grad(), 1e-9, 1e-12)) << "T " << temperature;
+    }
 }
 
 TEST(LogitLosses, TopKTeacherMatchesReference) {
   torch::manual_seed(9);
   const int64_t k = 7;
-  for (LogitLoss kind : {LogitLoss::forward_kl, LogitLoss::soft_ce}) {
-    torch::Tensor s = torch::randn({6, kPadded}, torch::kDouble).requires_grad_(true);
-    torch::Tensor t = torch::randn({6, kPadded}, torch::kDouble) * 3;
-    torch::Tensor w = torch::ones({6}, torch::kDouble);
-    LogitLossOptions o;
-    o.kind = kind;
-    o.temperature = 1.5;
-    o.teacher_top_k = k;
-    o.chunk_tokens = 4;
-    torch::Tensor loss = logit_distillation_sum(s, t, w, kVocab, o, {});
-    loss.backward();
-    // Reference: the teacher's k largest real-vocabulary logits, renormalised.
-    torch::Tensor x = s.detach().clone().requires_grad_(true);
-    torch::Tensor tv = t.narrow(-1, 0, kVocab) / 1.5;
-    auto [values, indices] = tv.topk(k, -1);
-    torch::Tensor log_p_k = torch::log_softmax(values, -1);
-    torch::Tensor log_q = torch::log_softmax(x.narrow(-1, 0, kVocab) / 1.5, -1).gather(-1, indices);
-    torch::Tensor per_token = kind == LogitLoss::forward_kl
-                                  ? (log_p_k.exp() * (log_p_k - log_q)).sum(-1)
-                                  : -(log_p_k.exp() * log_q).sum(-1);
-    torch::Tensor ref = per_token.sum() * 1.5 * 1.5;
-    ref.backward();
-    EXPECT_NEAR(loss.item<double>(), ref.item<double>(), 1e-10) << int(kind);
-    EXPECT_TRUE(torch::allclose(s.grad(), x.grad(), 1e-9, 1e-12)) << int(kind);
-  }
+  for (LogitLoss kind : {LogitLoss::forward_kl, LogitLoss::soft_ce})
+    for (HeadLogits form : kBothForms) {
+      torch::Tensor s = torch::randn({6, kPadded}, torch::kDouble).requires_grad_(true);
+      torch::Tensor t = torch::randn({6, kPadded}, torch::kDouble) * 3;
+      torch::Tensor w = torch::ones({6}, torch::kDouble);
+      LogitLossOptions o;
+      o.kind = kind;
+      o.temperature = 1.5;
+      o.teacher_top_k = k;
+      o.chunk_tokens = 4;
+      torch::Tensor loss = logit_loss_on_logits(s, t, w, {}, kVocab, o, {}, {1, 0}, form).total;
+      loss.backward();
+      // Reference: the teacher's k largest real-vocabulary logits, renormalised.
+      torch::Tensor x = s.detach().clone().requires_grad_(true);
+      torch::Tensor tv = t.narrow(-1, 0, kVocab) / 1.5;
+      auto [values, indices] = tv.topk(k, -1);
+      torch::Tensor log_p_k = torch::log_softmax(values, -1);
+      torch::Tensor log_q =
+          torch::log_softmax(x.narrow(-1, 0, kVocab) / 1.5, -1).gather(-1, indices);
+      torch::Tensor per_token = kind == LogitLoss::forward_kl
+                                    ? (log_p_k.exp() * (log_p_k - log_q)).sum(-1)
+                                    : -(log_p_k.exp() * log_q).sum(-1);
+      torch::Tensor ref = per_token.sum() * 1.5 * 1.5;
+      ref.backward();
+      EXPECT_NEAR(loss.item<double>(), ref.item<double>(), 1e-10) << int(kind);
+      EXPECT_TRUE(torch::allclose(s.grad(), x.grad(), 1e-9, 1e-12)) << int(kind);
+    }
 }
 
 TEST(LogitLosses, UnpaddedVocabularyMatchesReference) {
@@ -131,34 +143,36 @@ TEST(LogitLosses, UnpaddedVocabularyMatchesReference) {
   for (LogitLoss kind : {LogitLoss::forward_kl, LogitLoss::soft_ce}) {
     for (double temperature : {1.0, 2.0}) {
       for (bool with_ce : {false, true}) {
-        torch::Tensor s = (torch::randn({5, kPadded}, torch::kDouble) * 2).requires_grad_(true);
-        torch::Tensor t = torch::randn({5, kPadded}, torch::kDouble) * 2;
-        torch::Tensor targets = torch::randint(kPadded, {5}, torch::kLong);
-        targets[2] = -100;
-        torch::Tensor w = targets.ne(-100).to(torch::kDouble);
-        LogitLossOptions o;
-        o.kind = kind;
-        o.temperature = temperature;
-        o.chunk_tokens = 2;
-        auto [kd, ce] = logit_distillation_and_lm_sums(s, t, w, with_ce ? targets : torch::Tensor(),
-                                                       kPadded, o, {});
-        (kd + 0.5 * ce).backward();
-        torch::Tensor x = s.detach().clone().requires_grad_(true);
-        torch::Tensor log_q = torch::log_softmax(x / temperature, -1);
-        torch::Tensor log_p = torch::log_softmax(t / temperature, -1);
-        torch::Tensor per_token = kind == LogitLoss::forward_kl
-                                      ? (log_p.exp() * (log_p - log_q)).sum(-1)
-                                      : -(log_p.exp() * log_q).sum(-1);
-        torch::Tensor ref = (per_token * w).sum() * temperature * temperature;
-        if (with_ce)
-          ref = ref +
-                0.5 * F::cross_entropy(
-                          x, targets,
-                          F::CrossEntropyFuncOptions().reduction(torch::kSum).ignore_index(-100));
-        ref.backward();
-        EXPECT_NEAR((kd + 0.5 * ce).item<double>(), ref.item<double>(), 1e-10);
-        EXPECT_TRUE(torch::allclose(s.grad(), x.grad(), 1e-9, 1e-12))
-            << int(kind) << " T" << temperature << " ce " << with_ce;
+        for (HeadLogits form : kBothForms) {
+          torch::Tensor s = (torch::randn({5, kPadded}, torch::kDouble) * 2).requires_grad_(true);
+          torch::Tensor t = torch::randn({5, kPadded}, torch::kDouble) * 2;
+          torch::Tensor targets = torch::randint(kPadded, {5}, torch::kLong);
+          targets[2] = -100;
+          torch::Tensor w = targets.ne(-100).to(torch::kDouble);
+          LogitLossOptions o;
+          o.kind = kind;
+          o.temperature = temperature;
+          o.chunk_tokens = 2;
+          LogitLossValue value = logit_loss_on_logits(s, t, w, with_ce ? targets : torch::Tensor(),
+                                                      kPadded, o, {}, {1, 0.5}, form);
+          value.total.backward();
+          torch::Tensor x = s.detach().clone().requires_grad_(true);
+          torch::Tensor log_q = torch::log_softmax(x / temperature, -1);
+          torch::Tensor log_p = torch::log_softmax(t / temperature, -1);
+          torch::Tensor per_token = kind == LogitLoss::forward_kl
+                                        ? (log_p.exp() * (log_p - log_q)).sum(-1)
+                                        : -(log_p.exp() * log_q).sum(-1);
+          torch::Tensor ref = (per_token * w).sum() * temperature * temperature;
+          if (with_ce)
+            ref = ref +
+                  0.5 * F::cross_entropy(
+                            x, targets,
+                            F::CrossEntropyFuncOptions().reduction(torch::kSum).ignore_index(-100));
+          ref.backward();
+          EXPECT_NEAR(value.total.item<double>(), ref.item<double>(), 1e-10);
+          EXPECT_TRUE(torch::allclose(s.grad(), x.grad(), 1e-9, 1e-12))
+              << int(kind) << " T" << temperature << " ce " << with_ce;
+        }
       }
     }
   }
@@ -170,7 +184,7 @@ TEST(LogitLosses, ZeroWhenStudentEqualsTeacher) {
   for (LogitLoss kind : {LogitLoss::forward_kl, LogitLoss::reverse_kl}) {
     LogitLossOptions o;
     o.kind = kind;
-    torch::Tensor loss = logit_distillation_sum(s, s.detach(), w, kVocab, o, {});
+    torch::Tensor loss = logit_loss_on_logits(s, s.detach(), w, {}, kVocab, o, {}, {1, 0}).total;
     EXPECT_NEAR(loss.item<double>(), 0.0, 1e-12);
   }
 }
@@ -230,16 +244,11 @@ TEST(LogitLosses, FusedHeadsMatchReferenceOnLogits) {
         o.temperature = temperature;
         o.chunk_tokens = 4;  // several chunks, one partial
         const double kd_factor = 0.7, ce_factor = 0.3;
-        torch::Tensor total;
-        if (recompute) {
-          auto [kd, ce] = logit_distillation_and_lm_sums_from_heads({xs, ws}, {xt, wt}, weight,
-                                                                    targets, kVocab, o, {});
-          total = kd * kd_factor + ce * ce_factor;
-        } else {
-          total = logit_distillation_total_from_heads({xs, ws}, {xt, wt}, weight, targets, kVocab,
-                                                      o, {}, kd_factor, ce_factor)
-                      .total;
-        }
+        torch::Tensor total =
+            logit_distillation_from_heads(
+                {xs, ws}, {xt, wt}, weight, targets, kVocab, o, {}, {kd_factor, ce_factor},
+                recompute ? HeadLogits::formed_again_in_backward : HeadLogits::gradient_in_forward)
+                .total;
         total.backward();
 
         torch::Tensor xs_ref = xs.detach().clone().requires_grad_(true);
@@ -304,11 +313,12 @@ TEST(ActivationLosses, DistillerReleasesTheCapturesItsLossesUsed) {
 
 // The dense losses' one-pass float loops (kernels/logit_kernels.h) against float64 torch on
 // the same float inputs (n tokens, hidden h, a vocabulary padded to `padded` rows, chunks of
-// `chunk` tokens), on logits materialised or on both heads fused in. The bounds are float32
+// `chunk` tokens), both heads fused in, the logits formed again in backward or the gradient
+// formed in forward. The bounds are float32
 // round-off: relative 1e-5 on the totals, 1e-5 of the largest entry on gradients.
 void expect_float_loops_match_float64(int64_t n, int64_t h, int64_t vocab, int64_t padded,
                                       int64_t chunk, LogitLoss kind, double temperature,
-                                      bool heads) {
+                                      HeadLogits form) {
   const bool with_ce = temperature == 1.0;
   torch::Tensor xs = torch::randn({n, h}).requires_grad_(true);
   torch::Tensor ws = (torch::randn({padded, h}) * 0.6).requires_grad_(true);
@@ -322,18 +332,10 @@ void expect_float_loops_match_float64(int64_t n, int64_t h, int64_t vocab, int64
   o.temperature = temperature;
   o.chunk_tokens = chunk;
   const double kd_factor = 0.6, ce_factor = with_ce ? 0.4 : 0.0;
-  torch::Tensor total;
-  if (heads) {
-    total = logit_distillation_total_from_heads({xs, ws}, {xt, wt}, weight,
-                                                with_ce ? targets : torch::Tensor(), vocab, o, {},
-                                                kd_factor, ce_factor)
-                .total;
-  } else {
-    auto [kd, ce] =
-        logit_distillation_and_lm_sums(torch::matmul(xs, ws.t()), torch::matmul(xt, wt.t()), weight,
-                                       with_ce ? targets : torch::Tensor(), vocab, o, {});
-    total = kd * kd_factor + ce * ce_factor;
-  }
+  torch::Tensor total =
+      logit_distillation_from_heads({xs, ws}, {xt, wt}, weight, with_ce ? targets : torch::Tensor(),
+                                    vocab, o, {}, {kd_factor, ce_factor}, form)
+          .total;
   total.backward();
 
   torch::Tensor xs_ref = xs.detach().to(torch::kDouble).requires_grad_(true);
@@ -353,8 +355,9 @@ void expect_float_loops_match_float64(int64_t n, int64_t h, int64_t vocab, int64
                            F::CrossEntropyFuncOptions().reduction(torch::kSum).ignore_index(-100)) *
               ce_factor;
   ref.backward();
-  const std::string where = std::to_string(int(kind)) + " T" + std::to_string(temperature) +
-                            (heads ? " heads" : " logits");
+  const std::string where =
+      std::to_string(int(kind)) + " T" + std::to_string(temperature) +
+      (form == HeadLogits::gradient_in_forward ? " gradient in forward" : " formed again");
   EXPECT_NEAR(total.item<double>(), ref.item<double>(), 1e-5 * std::abs(ref.item<double>()))
       << where;
   for (auto [got, want] : {std::pair{xs.grad(), xs_ref.grad()}, {ws.grad(), ws_ref.grad()}}) {
@@ -369,8 +372,8 @@ TEST(LogitLosses, FloatLoopsMatchFloat64Reference) {
   torch::manual_seed(11);
   for (LogitLoss kind : {LogitLoss::forward_kl, LogitLoss::soft_ce})
     for (double temperature : {1.0, 2.0})
-      for (bool heads : {false, true})
-        expect_float_loops_match_float64(30, 24, 1300, 1312, 7, kind, temperature, heads);
+      for (HeadLogits form : kBothForms)
+        expect_float_loops_match_float64(30, 24, 1300, 1312, 7, kind, temperature, form);
 }
 
 // Both heads fused in at the LM head's shapes: 256-token chunks (the logits by the tile loops
@@ -378,7 +381,8 @@ TEST(LogitLosses, FloatLoopsMatchFloat64Reference) {
 // gradient by the BLAS), then a partial chunk of 44 tokens (the BLAS).
 TEST(LogitLosses, FusedHeadsAtLmHeadShapesMatchFloat64Reference) {
   torch::manual_seed(12);
-  expect_float_loops_match_float64(300, 40, 9000, 9024, 256, LogitLoss::forward_kl, 1.0, true);
+  expect_float_loops_match_float64(300, 40, 9000, 9024, 256, LogitLoss::forward_kl, 1.0,
+                                   HeadLogits::gradient_in_forward);
 }
 
 // Student and teacher logits spread over hundreds, each row's largest in the vocabulary's last
@@ -397,9 +401,10 @@ TEST(LogitLosses, SharpLogitsPeakingLastStayExact) {
   LogitLossOptions o;
   o.chunk_tokens = 4;
   torch::Tensor s = s64.to(torch::kFloat).requires_grad_(true);
-  auto [kd, ce] =
-      logit_distillation_and_lm_sums(s, t64.to(torch::kFloat), weight, targets, vocab, o, {});
-  (0.6 * kd + 0.4 * ce).backward();
+  LogitLossValue value = logit_loss_on_logits(s, t64.to(torch::kFloat), weight, targets, vocab, o,
+                                              {}, {0.6, 0.4}, HeadLogits::gradient_in_forward);
+  value.total.backward();
+  const torch::Tensor kd = value.kd_sum, ce = value.ce_sum;
 
   torch::Tensor s_ref = s64.clone().requires_grad_(true);
   torch::Tensor log_q = torch::log_softmax(s_ref.narrow(1, 0, vocab), -1);
