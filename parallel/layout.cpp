@@ -10,7 +10,9 @@ void require(bool ok, const std::string& message) {
   if (!ok) throw UserError("invalid parallel layout: " + message);
 }
 
-std::string str(int64_t v) { return std::to_string(v); }
+std::string str(int64_t v) {
+  return std::to_string(v);
+}
 
 }  // namespace
 
@@ -18,9 +20,9 @@ Layout resolve_layout(Layout layout, int world_size, const LayoutDemands& d) {
   require(layout.tensor >= 1, "parallel.tensor=" + str(layout.tensor) + " must be >= 1");
   require(layout.pipeline >= 1, "parallel.pipeline=" + str(layout.pipeline) + " must be >= 1");
   const int model_parallel = layout.tensor * layout.pipeline;
-  require(world_size % model_parallel == 0,
-          "world size " + str(world_size) + " is not divisible by tensor x pipeline = " +
-              str(layout.tensor) + " x " + str(layout.pipeline));
+  require(world_size % model_parallel == 0, "world size " + str(world_size) +
+                                                " is not divisible by tensor x pipeline = " +
+                                                str(layout.tensor) + " x " + str(layout.pipeline));
   const int data = world_size / model_parallel;
   if (layout.data == 0) {
     layout.data = data;
@@ -38,9 +40,9 @@ Layout resolve_layout(Layout layout, int world_size, const LayoutDemands& d) {
               "parallel.tensor=" + str(tp));
   require(d.ffn_hidden % tp == 0, "model.ffn_hidden=" + str(d.ffn_hidden) +
                                       " is not divisible by parallel.tensor=" + str(tp));
-  require(d.layers >= layout.pipeline, "model.layers=" + str(d.layers) +
-                                           " is fewer than parallel.pipeline=" +
-                                           str(layout.pipeline) + " stages");
+  require(d.layers >= layout.pipeline,
+          "model.layers=" + str(d.layers) +
+              " is fewer than parallel.pipeline=" + str(layout.pipeline) + " stages");
   if (layout.sequence_parallel) {
     require(d.seq_len % tp == 0, "data.seq_len=" + str(d.seq_len) +
                                      " is not divisible by parallel.tensor=" + str(tp) +
@@ -49,9 +51,9 @@ Layout resolve_layout(Layout layout, int world_size, const LayoutDemands& d) {
   return layout;
 }
 
-std::string describe(const Layout& l) {
-  return "TP" + str(l.tensor) + (l.sequence_parallel ? " (sequence parallel)" : "") + " x PP" +
-         str(l.pipeline) + " x DP" + str(l.data);
+std::string describe(const Layout& layout) {
+  return "TP" + str(layout.tensor) + (layout.sequence_parallel ? " (sequence parallel)" : "") +
+         " x PP" + str(layout.pipeline) + " x DP" + str(layout.data);
 }
 
 }  // namespace retort::parallel

@@ -3,11 +3,11 @@
 
 namespace retort::parallel {
 
-MeshCoordinates coordinates_of(int rank, const Layout& l) {
+MeshCoordinates coordinates_of(int rank, const Layout& layout) {
   MeshCoordinates c;
-  c.tp = rank % l.tensor;
-  c.dp = (rank / l.tensor) % l.data;
-  c.pp = rank / (l.tensor * l.data);
+  c.tp = rank % layout.tensor;
+  c.dp = (rank / layout.tensor) % layout.data;
+  c.pp = rank / (layout.tensor * layout.data);
   return c;
 }
 

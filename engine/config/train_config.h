@@ -161,6 +161,6 @@ struct TrainConfig {
 };
 
 // Builds the typed config and checks cross-key rules; throws UserError naming the keys.
-TrainConfig make_train_config(const Config& config, int world_size);
+TrainConfig make_train_config(const Config& source, int world_size);
 
 }  // namespace retort::engine

@@ -22,11 +22,11 @@ namespace retort::engine {
 ConsistencyLayout parse_consistency_layout(const std::string& name) {
   static const std::regex part(
       "^(?:PP([0-9]+)(?::([0-9]+(?:-[0-9]+)*))?|(S?)TP([0-9]+)|DP([0-9]+))$");
-  ConsistencyLayout l;
-  l.name = name;
+  ConsistencyLayout layout;
+  layout.name = name;
   std::string body = name;
   if (body.size() > 3 && body.compare(body.size() - 3, 3, "-Z1") == 0) {
-    l.zero_stage = 1;
+    layout.zero_stage = 1;
     body.resize(body.size() - 3);
   }
   auto bad = [&] {
@@ -45,18 +45,19 @@ ConsistencyLayout parse_consistency_layout(const std::string& name) {
     if (seen[kind]) throw bad();
     seen[kind] = true;
     if (kind == 0) {
-      l.pipeline = std::stoi(m[1]);
+      layout.pipeline = std::stoi(m[1]);
       std::stringstream split(m[2].str());
-      for (std::string n; std::getline(split, n, '-');) l.pipeline_split.push_back(std::stoll(n));
+      for (std::string n; std::getline(split, n, '-');)
+        layout.pipeline_split.push_back(std::stoll(n));
     } else if (kind == 1) {
-      l.sequence_parallel = m[3].length() > 0;
-      l.tensor = std::stoi(m[4]);
+      layout.sequence_parallel = m[3].length() > 0;
+      layout.tensor = std::stoi(m[4]);
     } else {
-      l.data = std::stoi(m[5]);
+      layout.data = std::stoi(m[5]);
     }
   }
   if (!seen[0] && !seen[1] && !seen[2]) throw bad();
-  return l;
+  return layout;
 }
 
 std::string ConsistencyLayout::file_name() const {
@@ -190,18 +191,19 @@ void run_consistency_layout(const Config& base, const ConsistencyLayout& layout,
         parallel::collect_on_first_rank(mesh.world(), std::move(activations));
     activations.clear();
     if (!writer) return;
-    StepRecord r;
-    r.loss = result.loss;
+    StepRecord step_record;
+    step_record.loss = result.loss;
     const distill::LossTerms& terms = result.terms;
-    r.terms["lm"] = terms.lm;
+    step_record.terms["lm"] = terms.lm;
     if (trainer.teacher()) {
-      r.terms["logit"] = terms.logits;
-      r.terms["activation"] = terms.activations;
-      for (const auto& [name, value] : terms.per_pair) r.terms["activation." + name] = value;
+      step_record.terms["logit"] = terms.logits;
+      step_record.terms["activation"] = terms.activations;
+      for (const auto& [name, value] : terms.per_pair)
+        step_record.terms["activation." + name] = value;
     }
-    for (auto& [name, g] : gradients) r.gradients[name] = g;
-    place_activations(placed, train_config.training.global_batch, &r.activations);
-    record->steps.push_back(std::move(r));
+    for (auto& [name, g] : gradients) step_record.gradients[name] = g;
+    place_activations(placed, train_config.training.global_batch, &step_record.activations);
+    record->steps.push_back(std::move(step_record));
   };
   inspector.on_step_end = [&](const StepResult& result) {
     const int64_t step = result.step;

@@ -234,26 +234,27 @@ void Trainer::initialise_student() {
 }
 
 void Trainer::build_distiller() {
-  const DistillSettings& d = config_.distill;
-  if (!d.enabled) return;
-  layers::ModelConfig teacher_model = d.teacher;
+  const DistillSettings& settings = config_.distill;
+  if (!settings.enabled) return;
+  layers::ModelConfig teacher_model = settings.teacher;
   std::string teacher_path;
-  const bool hf_teacher = hf::is_hf_model_dir(d.keys.checkpoint);
-  if (!d.keys.checkpoint.empty()) {
-    teacher_path = hf_teacher ? d.keys.checkpoint : resolve_checkpoint(d.keys.checkpoint);
+  const bool hf_teacher = hf::is_hf_model_dir(settings.keys.checkpoint);
+  if (!settings.keys.checkpoint.empty()) {
+    teacher_path =
+        hf_teacher ? settings.keys.checkpoint : resolve_checkpoint(settings.keys.checkpoint);
     // Without explicit teacher sizes, the checkpoint's own model description decides (a
     // Hugging Face directory's config.json).
-    if (hf_teacher && !d.teacher_shape_given)
+    if (hf_teacher && !settings.teacher_shape_given)
       teacher_model = hf::read_hf_config(teacher_path);
-    else if (!d.teacher_shape_given)
+    else if (!settings.teacher_shape_given)
       if (auto stored = read_checkpoint_model(teacher_path)) teacher_model = *stored;
-    const parallel::Layout& l = config_.layout;
+    const parallel::Layout& layout = config_.layout;
     parallel::resolve_layout(
-        l, l.tensor * l.pipeline * l.data,
+        layout, layout.tensor * layout.pipeline * layout.data,
         {teacher_model.heads, teacher_model.kv_heads, teacher_model.ffn_hidden,
-         std::max<int64_t>(teacher_model.layers, l.pipeline), config_.data.seq_len});
+         std::max<int64_t>(teacher_model.layers, layout.pipeline), config_.data.seq_len});
   }
-  distill::DistillConfig objective = d.objective;
+  distill::DistillConfig objective = settings.objective;
   objective.pairs =
       distill::make_activation_pairs(objective.pair_names, objective.every_layer_points,
                                      config_.model.layers, teacher_model.layers);
@@ -274,8 +275,8 @@ void Trainer::build_distiller() {
   }
   {
     MemoryScope weights(MemoryCategory::teacher_weights);
-    teacher_ =
-        std::make_unique<distill::Teacher>(teacher_model, d.keys.seed, dtype_, tp_, teacher_stage);
+    teacher_ = std::make_unique<distill::Teacher>(teacher_model, settings.keys.seed, dtype_, tp_,
+                                                  teacher_stage);
   }
   if (hf_teacher)
     hf::load_hf_parameters(teacher_path, teacher_model, teacher_->parameters(), tp_);
@@ -335,16 +336,16 @@ void Trainer::sum_over_ranks(StepResult& result) {
 }
 
 std::vector<MicroBatch> Trainer::read_micro_batches(double& target_count) {
-  const TrainingConfig& t = config_.training;
-  BatchPlan plan(t.global_batch, t.micro_batch, mesh_.dp().size(), mesh_.dp().rank());
+  const TrainingConfig& training = config_.training;
+  BatchPlan plan(training.global_batch, training.micro_batch, mesh_.dp().size(), mesh_.dp().rank());
   std::vector<MicroBatch> micro;
   int64_t local_targets = 0;
   for (int64_t m = 0; m < plan.micro_batches_per_step(); ++m) {
     const int64_t first = plan.first_sample(progress_.step, m);
-    const TokenBatch b = read_batch(*streams_.train, first, t.micro_batch);
-    micro.push_back({to_tensor(b.inputs, b.batch), to_tensor(b.targets, b.batch),
-                     first - progress_.step * t.global_batch});
-    local_targets += int64_t(b.targets.size());  // no padding: every target counts
+    const TokenBatch batch = read_batch(*streams_.train, first, training.micro_batch);
+    micro.push_back({to_tensor(batch.inputs, batch.batch), to_tensor(batch.targets, batch.batch),
+                     first - progress_.step * training.global_batch});
+    local_targets += int64_t(batch.targets.size());  // no padding: every target counts
   }
   // Losses are normalised by the target count of the whole global batch.
   target_count = dp_sum(double(local_targets));
@@ -457,16 +458,16 @@ StepResult Trainer::train_step() {
 
 double Trainer::evaluate() {
   if (!streams_.valid) return std::nan("");
-  const TrainingConfig& t = config_.training;
-  const int64_t samples = t.eval_batches * t.global_batch;
+  const TrainingConfig& training = config_.training;
+  const int64_t samples = training.eval_batches * training.global_batch;
   // Micro-batches are dealt round-robin to DP ranks; sums and counts are then combined.
   std::vector<MicroBatch> mine;
   double count = 0;
   int64_t index = 0;
-  for (int64_t first = 0; first < samples; first += t.micro_batch, ++index) {
+  for (int64_t first = 0; first < samples; first += training.micro_batch, ++index) {
     if (index % mesh_.dp().size() != mesh_.dp().rank()) continue;
     const TokenBatch b =
-        read_batch(*streams_.valid, first, std::min(t.micro_batch, samples - first));
+        read_batch(*streams_.valid, first, std::min(training.micro_batch, samples - first));
     mine.push_back({to_tensor(b.inputs, b.batch), to_tensor(b.targets, b.batch), first});
     count += double(layers::count_targets(mine.back().targets));
   }
@@ -482,59 +483,64 @@ void Trainer::save(const std::string& path) {
   log_line("saved checkpoint " + path);
 }
 
-void Trainer::write_metrics(const StepResult& r, double seconds, double comm_seconds,
-                            int64_t steps_in_interval, MetricsFile* metrics,
+void Trainer::write_metrics(const StepResult& result, double seconds, double comm_seconds,
+                            int64_t steps_in_interval, MetricsFile* metrics_file,
                             TensorBoardWriter* events) {
-  const TrainingConfig& t = config_.training;
-  StepMetrics m;
-  m.step = r.step;
-  m.total_steps = t.steps;
-  m.loss = r.loss;
-  m.lr = r.lr;
-  m.grad_norm = r.grad_norm;
-  m.tokens_per_s = double(steps_in_interval * t.global_batch * config_.data.seq_len) / seconds;
-  m.mfu = m.tokens_per_s * flops_per_token_ / (peak_gflops_ * 1e9 * mesh_.world().size());
-  m.exposed_comm_s = comm_seconds / double(steps_in_interval);
+  const TrainingConfig& training = config_.training;
+  StepMetrics metrics;
+  metrics.step = result.step;
+  metrics.total_steps = training.steps;
+  metrics.loss = result.loss;
+  metrics.lr = result.lr;
+  metrics.grad_norm = result.grad_norm;
+  metrics.tokens_per_s =
+      double(steps_in_interval * training.global_batch * config_.data.seq_len) / seconds;
+  metrics.mfu =
+      metrics.tokens_per_s * flops_per_token_ / (peak_gflops_ * 1e9 * mesh_.world().size());
+  metrics.exposed_comm_s = comm_seconds / double(steps_in_interval);
   MemoryTracker& memory = MemoryTracker::install();
-  m.peak_mem_bytes = memory.peak_bytes();
+  metrics.peak_mem_bytes = memory.peak_bytes();
   const MemorySplit split = memory.peak_split();
   for (int c = 0; c < kMemoryCategories; ++c)
     if (MemoryCategory(c) != MemoryCategory::offloaded)
-      m.peak_by_category[enum_name(MemoryCategory(c))] = split.bytes[c];
-  m.peak_by_category["offloaded_host_peak"] = memory.peak_offloaded_bytes();
+      metrics.peak_by_category[enum_name(MemoryCategory(c))] = split.bytes[c];
+  metrics.peak_by_category["offloaded_host_peak"] = memory.peak_offloaded_bytes();
   memory.reset_peak();
   const ResidentMemory resident = read_resident_memory();
-  m.resident_bytes = resident.resident_bytes;
-  m.huge_page_bytes = resident.huge_page_bytes;
-  m.eta_s = seconds / double(steps_in_interval) * double(t.steps - r.step);
-  const bool eval_now = t.eval_every > 0 && (r.step % t.eval_every == 0 || r.step == t.steps);
-  if (eval_now && streams_.valid) m.valid_loss = evaluate();
+  metrics.resident_bytes = resident.resident_bytes;
+  metrics.huge_page_bytes = resident.huge_page_bytes;
+  metrics.eta_s = seconds / double(steps_in_interval) * double(training.steps - result.step);
+  const bool eval_now = training.eval_every > 0 &&
+                        (result.step % training.eval_every == 0 || result.step == training.steps);
+  if (eval_now && streams_.valid) metrics.valid_loss = evaluate();
   if (distiller_) {
-    m.parts["lm_loss"] = r.terms.lm;
-    m.parts["logit_loss"] = r.terms.logits;
-    m.parts["activation_loss"] = r.terms.activations;
-    for (const auto& [name, value] : r.terms.per_pair) m.parts["activation_loss." + name] = value;
+    metrics.parts["lm_loss"] = result.terms.lm;
+    metrics.parts["logit_loss"] = result.terms.logits;
+    metrics.parts["activation_loss"] = result.terms.activations;
+    for (const auto& [name, value] : result.terms.per_pair)
+      metrics.parts["activation_loss." + name] = value;
   }
-  log_line(format_console_line(m));
-  if (metrics) metrics->write(m);
-  if (events) events->write_scalars(m.step, metric_scalars(m));
+  log_line(format_console_line(metrics));
+  if (metrics_file) metrics_file->write(metrics);
+  if (events) events->write_scalars(metrics.step, metric_scalars(metrics));
 }
 
-void Trainer::show_progress(const StepResult& r, double seconds) {
+void Trainer::show_progress(const StepResult& result, double seconds) {
   if (!console_.terminal()) return;
-  const TrainingConfig& t = config_.training;
-  StepMetrics m;
-  m.step = r.step;
-  m.total_steps = t.steps;
-  m.loss = r.loss;
-  m.tokens_per_s = double(t.global_batch * config_.data.seq_len) / seconds;
-  m.mfu = m.tokens_per_s * flops_per_token_ / (peak_gflops_ * 1e9 * mesh_.world().size());
-  m.eta_s = seconds * double(t.steps - r.step);
-  console_.progress(format_progress_line(m));
+  const TrainingConfig& training = config_.training;
+  StepMetrics metrics;
+  metrics.step = result.step;
+  metrics.total_steps = training.steps;
+  metrics.loss = result.loss;
+  metrics.tokens_per_s = double(training.global_batch * config_.data.seq_len) / seconds;
+  metrics.mfu =
+      metrics.tokens_per_s * flops_per_token_ / (peak_gflops_ * 1e9 * mesh_.world().size());
+  metrics.eta_s = seconds * double(training.steps - result.step);
+  console_.progress(format_progress_line(metrics));
 }
 
 std::vector<StepResult> Trainer::run() {
-  const TrainingConfig& t = config_.training;
+  const TrainingConfig& training = config_.training;
   std::unique_ptr<MetricsFile> metrics;
   std::unique_ptr<TensorBoardWriter> events;
   try {  // a run folder that cannot be made stops every rank with the root's one line
@@ -551,9 +557,9 @@ std::vector<StepResult> Trainer::run() {
   }
   MemoryTracker::install();
   std::vector<StepResult> results;
-  if (progress_.step >= t.steps) {
+  if (progress_.step >= training.steps) {
     log_line("nothing to do: already at step " + std::to_string(progress_.step) + " of " +
-             std::to_string(t.steps));
+             std::to_string(training.steps));
     return results;
   }
   using clock = std::chrono::steady_clock;
@@ -567,12 +573,12 @@ std::vector<StepResult> Trainer::run() {
              std::to_string(progress_.step + 1) +
              ", where this run resumes; no trace will be written");
   ChromeTrace trace;
-  while (progress_.step < t.steps) {
+  while (progress_.step < training.steps) {
     if (!profile.empty() && progress_.step + 1 == profile[0]) trace.start();
     const auto step_start = clock::now();
     results.push_back(train_step());
     show_progress(results.back(), seconds_since(step_start));
-    if (trace.running() && (progress_.step >= profile[1] || progress_.step >= t.steps)) {
+    if (trace.running() && (progress_.step >= profile[1] || progress_.step >= training.steps)) {
       const std::string path =
           trace.stop_and_write((fs::path(config_.run_dir) / "trace").string(), mesh_.world());
       if (!path.empty())
@@ -590,21 +596,23 @@ std::vector<StepResult> Trainer::run() {
                     "step %lld skipped: non-finite %s (loss %g, grad norm %g); %lld in a row, "
                     "limit training.max_skipped_steps=%lld",
                     (long long)step, std::isfinite(last.loss) ? "gradient norm" : "loss", last.loss,
-                    last.grad_norm, (long long)consecutive_skips_, (long long)t.max_skipped_steps);
+                    last.grad_norm, (long long)consecutive_skips_,
+                    (long long)training.max_skipped_steps);
       log_line(text);
       if (metrics) metrics->write_skipped(step, last.loss, last.grad_norm, skipped_steps_);
-      if (consecutive_skips_ >= t.max_skipped_steps)
+      if (consecutive_skips_ >= training.max_skipped_steps)
         throw AgreedStop("stopping at step " + std::to_string(step) + ": " +
                          std::to_string(consecutive_skips_) +
                          " consecutive steps had a non-finite loss or gradient norm "
                          "(training.max_skipped_steps=" +
-                         std::to_string(t.max_skipped_steps) +
+                         std::to_string(training.max_skipped_steps) +
                          "); no checkpoint was written for them, the last saved one is kept");
     } else {
       consecutive_skips_ = 0;
     }
-    const bool eval_now = t.eval_every > 0 && (step % t.eval_every == 0 || step == t.steps);
-    if (step % t.log_every == 0 || step == t.steps || eval_now) {
+    const bool eval_now =
+        training.eval_every > 0 && (step % training.eval_every == 0 || step == training.steps);
+    if (step % training.log_every == 0 || step == training.steps || eval_now) {
       write_metrics(results.back(), seconds_since(interval_start),
                     parallel::exposed_communication_seconds() - interval_comm_start, interval_steps,
                     metrics.get(), events.get());
@@ -616,13 +624,13 @@ std::vector<StepResult> Trainer::run() {
     const bool save_now =
         !last.skipped &&
         ((config_.checkpoint.save_every > 0 && step % config_.checkpoint.save_every == 0) ||
-         (step == t.steps && config_.checkpoint.save_at_end));
+         (step == training.steps && config_.checkpoint.save_at_end));
     if (save_now) save(checkpoint_path(config_.run_dir, step));
     if (last.stop_requested) {
       // Pre-emption: every rank agreed at this step, so every rank saves it and ends.
       if (!save_now) save(checkpoint_path(config_.run_dir, step));
       log_line(std::string("stopped by ") + stop_signal_name(last.stop_signal) + " at step " +
-               std::to_string(step) + " of " + std::to_string(t.steps) +
+               std::to_string(step) + " of " + std::to_string(training.steps) +
                "; resume with checkpoint.load=auto (or the checkpoint above)");
       break;
     }

@@ -90,7 +90,8 @@ class Trainer {
   // result.stop_requested (a stop signal on any rank), agreed by the whole world.
   void agree_on_step(StepResult& result);
   void write_metrics(const StepResult& result, double seconds, double comm_seconds,
-                     int64_t steps_in_interval, MetricsFile* metrics, TensorBoardWriter* events);
+                     int64_t steps_in_interval, MetricsFile* metrics_file,
+                     TensorBoardWriter* events);
   // The terminal's progress line after a step that took `seconds`.
   void show_progress(const StepResult& result, double seconds);
 
