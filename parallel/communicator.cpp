@@ -27,6 +27,9 @@ MPI_Datatype mpi_type(const torch::Tensor& t) {
       return MPI_INT32_T;
     case torch::kByte:
       return MPI_UINT8_T;
+    case torch::kBFloat16:  // moved as bits; sums go through widened() first
+    case torch::kHalf:
+      return MPI_UINT16_T;
     default:
       throw std::invalid_argument("Communicator: unsupported dtype " +
                                   std::string(c10::toString(t.scalar_type())));
@@ -63,9 +66,26 @@ NcclType nccl_type(const torch::Tensor& t) {
       return NcclType::Int32;
     case torch::kByte:
       return NcclType::UInt8;
+    case torch::kBFloat16:
+      return NcclType::BFloat16;
     default:
       throw std::invalid_argument("Communicator: unsupported dtype for NCCL");
   }
+}
+
+// A reduction's buffer: 16-bit floats are summed in float32 and rounded once at the end (MPI
+// has no bfloat16 type, and a sum rounded to 8 bits of mantissa at every step of a ring or
+// tree would depend on the number of ranks); other tensors are reduced in place.
+bool widened_for_sums(const torch::Tensor& t) {
+  return t.scalar_type() == torch::kBFloat16 || t.scalar_type() == torch::kHalf;
+}
+torch::Tensor sum_buffer(const torch::Tensor& t) {
+  return widened_for_sums(t) ? t.to(torch::kFloat) : t;
+}
+// What the finished reduction does: copy the float32 sum back, rounding once.
+std::function<void()> round_back(const torch::Tensor& target, const torch::Tensor& buffer) {
+  if (buffer.is_same(target)) return [target] {};
+  return [target, buffer] { target.copy_(buffer); };
 }
 
 int64_t bytes_of(const torch::Tensor& t) {
@@ -263,20 +283,30 @@ void Communicator::all_reduce(torch::Tensor& t, ReduceOp op) {
 
 Handle Communicator::all_reduce_async(torch::Tensor& t, ReduceOp op) {
   require_contiguous(t, "all_reduce");
-  count("all_reduce", bytes_of(t));
-  if (size_ == 1) return {};
+  if (size_ == 1) {
+    count("all_reduce", bytes_of(t));
+    return {};
+  }
+  torch::Tensor buffer = sum_buffer(t);
+  count("all_reduce", bytes_of(buffer));
   if (t.is_cuda()) {
-    nccl().all_reduce(t.data_ptr(), t.numel(), nccl_type(t),
+    nccl().all_reduce(buffer.data_ptr(), buffer.numel(), nccl_type(buffer),
                       op == ReduceOp::Sum ? NcclOp::Sum : NcclOp::Max);
-    return nccl_handle(nccl_);
+    Handle done = nccl_handle(nccl_);
+    if (!buffer.is_same(t)) {
+      done.wait();
+      t.copy_(buffer);
+    }
+    return done;
   }
   std::vector<MPI_Request> requests;
-  for_each_piece(t.numel(), [&](int64_t offset, int n) {
+  for_each_piece(buffer.numel(), [&](int64_t offset, int n) {
     MPI_Request r;
-    MPI_Iallreduce(MPI_IN_PLACE, element(t, offset), n, mpi_type(t), mpi_op(op), comm_, &r);
+    MPI_Iallreduce(MPI_IN_PLACE, element(buffer, offset), n, mpi_type(buffer), mpi_op(op), comm_,
+                   &r);
     requests.push_back(r);
   });
-  return labelled(Handle(std::move(requests), [t] {}), "all_reduce");
+  return labelled(Handle(std::move(requests), round_back(t, buffer)), "all_reduce");
 }
 
 torch::Tensor Communicator::all_gather(const torch::Tensor& tensor, int64_t dim) {
@@ -325,40 +355,59 @@ Handle Communicator::all_gather_flat_async(const torch::Tensor& in, torch::Tenso
 Handle Communicator::reduce_scatter_flat_async(const torch::Tensor& in, torch::Tensor& out) {
   require_contiguous(in, "reduce_scatter");
   require_contiguous(out, "reduce_scatter");
-  count("reduce_scatter", bytes_of(in));
-  if (copied_when_alone(size_, in, out)) return {};
+  if (copied_when_alone(size_, in, out)) {
+    count("reduce_scatter", bytes_of(in));
+    return {};
+  }
+  const torch::Tensor wide_in = sum_buffer(in), wide_out = sum_buffer(out);
+  count("reduce_scatter", bytes_of(wide_in));
   if (in.is_cuda()) {
-    nccl().reduce_scatter(in.data_ptr(), out.data_ptr(), out.numel(), nccl_type(in));
-    return nccl_handle(nccl_);
+    nccl().reduce_scatter(wide_in.data_ptr(), wide_out.data_ptr(), out.numel(), nccl_type(wide_in));
+    Handle done = nccl_handle(nccl_);
+    if (!wide_out.is_same(out)) {
+      done.wait();
+      out.copy_(wide_out);
+    }
+    return done;
   }
   if (out.numel() > max_elements) {  // each rank's part reduced onto it, in pieces
     std::vector<MPI_Request> requests;
-    reduce_parts_to_owners(in, out, std::vector<int64_t>(size_, out.numel()), requests);
-    return labelled(Handle(std::move(requests), [in, out] {}), "reduce_scatter");
+    torch::Tensor target = wide_out;
+    reduce_parts_to_owners(wide_in, target, std::vector<int64_t>(size_, out.numel()), requests);
+    std::function<void()> finish = round_back(out, wide_out);
+    return labelled(Handle(std::move(requests), [wide_in, finish] { finish(); }), "reduce_scatter");
   }
   MPI_Request request;
-  MPI_Ireduce_scatter_block(in.data_ptr(), out.data_ptr(), int(out.numel()), mpi_type(in), MPI_SUM,
-                            comm_, &request);
-  return labelled(Handle(request, [in, out] {}), "reduce_scatter");
+  MPI_Ireduce_scatter_block(wide_in.data_ptr(), wide_out.data_ptr(), int(out.numel()),
+                            mpi_type(wide_in), MPI_SUM, comm_, &request);
+  std::function<void()> finish = round_back(out, wide_out);
+  return labelled(Handle(request, [wide_in, finish] { finish(); }), "reduce_scatter");
 }
 
 Handle Communicator::reduce_scatter_v_async(const torch::Tensor& in, torch::Tensor& out,
                                             const std::vector<int64_t>& counts) {
   require_contiguous_cpu(in, "reduce_scatter_v");
   require_contiguous_cpu(out, "reduce_scatter_v");
-  count("reduce_scatter", bytes_of(in));
-  if (copied_when_alone(size_, in, out)) return {};
+  if (copied_when_alone(size_, in, out)) {
+    count("reduce_scatter", bytes_of(in));
+    return {};
+  }
+  const torch::Tensor wide_in = sum_buffer(in);
+  torch::Tensor wide_out = sum_buffer(out);
+  count("reduce_scatter", bytes_of(wide_in));
+  std::function<void()> finish = round_back(out, wide_out);
   if (!fits(counts)) {
     std::vector<MPI_Request> requests;
-    reduce_parts_to_owners(in, out, counts, requests);
-    return labelled(Handle(std::move(requests), [in, out] {}), "reduce_scatter_v");
+    reduce_parts_to_owners(wide_in, wide_out, counts, requests);
+    return labelled(Handle(std::move(requests), [wide_in, finish] { finish(); }),
+                    "reduce_scatter_v");
   }
   // The count array must live until the operation completes.
   auto int_counts = std::make_shared<std::vector<int>>(counts.begin(), counts.end());
   MPI_Request request;
-  MPI_Ireduce_scatter(in.data_ptr(), out.data_ptr(), int_counts->data(), mpi_type(in), MPI_SUM,
-                      comm_, &request);
-  return labelled(Handle(request, [int_counts, in, out] {}), "reduce_scatter_v");
+  MPI_Ireduce_scatter(wide_in.data_ptr(), wide_out.data_ptr(), int_counts->data(),
+                      mpi_type(wide_in), MPI_SUM, comm_, &request);
+  return labelled(Handle(request, [int_counts, wide_in, finish] { finish(); }), "reduce_scatter_v");
 }
 
 Handle Communicator::all_gather_v_async(const torch::Tensor& in, torch::Tensor& out,

@@ -5,6 +5,9 @@
 // themselves. CUDA tensors go through NCCL when built with -DRETORT_NCCL=ON (nccl_backend.h);
 // otherwise they are refused with a clear error. Byte counts: all_reduce and broadcast count the
 // tensor, all_gather the gathered result, reduce_scatter the full input, send/recv the message.
+// 16-bit floats (bfloat16, float16): moved as they are, but reduced (all_reduce,
+// reduce_scatter) in float32 and rounded once, so a sum does not depend on how many ranks or
+// steps it took; their reductions count and move the float32 bytes.
 #pragma once
 #include <mpi.h>
 #include <torch/torch.h>

@@ -22,11 +22,18 @@ void check(cudaError_t result, const char* what) {
 
 ncclDataType_t nccl_type(NcclType t) {
   switch (t) {
-    case NcclType::Float32: return ncclFloat32;
-    case NcclType::Float64: return ncclFloat64;
-    case NcclType::Int64: return ncclInt64;
-    case NcclType::Int32: return ncclInt32;
-    case NcclType::UInt8: return ncclUint8;
+    case NcclType::Float32:
+      return ncclFloat32;
+    case NcclType::Float64:
+      return ncclFloat64;
+    case NcclType::Int64:
+      return ncclInt64;
+    case NcclType::Int32:
+      return ncclInt32;
+    case NcclType::UInt8:
+      return ncclUint8;
+    case NcclType::BFloat16:
+      return ncclBfloat16;
   }
   return ncclFloat32;
 }
@@ -61,8 +68,7 @@ void NcclBackend::all_reduce(void* data, size_t count, NcclType type, NcclOp op)
 }
 
 void NcclBackend::all_gather(const void* in, void* out, size_t count, NcclType type) {
-  check(ncclAllGather(in, out, count, nccl_type(type), state_->comm, state_->stream),
-        "all_gather");
+  check(ncclAllGather(in, out, count, nccl_type(type), state_->comm, state_->stream), "all_gather");
 }
 
 void NcclBackend::reduce_scatter(const void* in, void* out, size_t count, NcclType type) {
@@ -83,6 +89,8 @@ void NcclBackend::recv(void* data, size_t count, NcclType type, int peer) {
   check(ncclRecv(data, count, nccl_type(type), peer, state_->comm, state_->stream), "recv");
 }
 
-void NcclBackend::synchronize() { check(cudaStreamSynchronize(state_->stream), "synchronize"); }
+void NcclBackend::synchronize() {
+  check(cudaStreamSynchronize(state_->stream), "synchronize");
+}
 
 }  // namespace retort::parallel

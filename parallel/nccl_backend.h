@@ -10,7 +10,7 @@
 
 namespace retort::parallel {
 
-enum class NcclType { Float32, Float64, Int64, Int32, UInt8 };
+enum class NcclType { Float32, Float64, Int64, Int32, UInt8, BFloat16 };
 enum class NcclOp { Sum, Max };
 
 class NcclBackend {

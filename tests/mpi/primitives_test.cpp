@@ -123,6 +123,61 @@ TEST(Communicator, CollectivesAsyncAndCounters) {
   EXPECT_EQ(c.at("send").bytes, 16);
 }
 
+// bfloat16 tensors are reduced in float32 and rounded once (parallel/communicator.h): each
+// rank's values, different per rank, summed in float64 and rounded to bfloat16 once is the
+// result bit for bit, for all_reduce (also in pieces), reduce_scatter and reduce_scatter_v.
+// Magnitudes within [0.01, 10] keep the float32 sum of up to 8 bfloat16 values exact, so the
+// float64 reference is the float32 one. A sum rounded to bfloat16 at every step (or the bits
+// summed as integers) differs. bfloat16 moves unchanged through all_gather, broadcast and
+// send/recv, and reductions count the float32 bytes they move.
+TEST(Communicator, BFloat16SumsAreFloat32SumsRoundedOnce) {
+  Group g;
+  const int64_t n = 64 * g.n;
+  torch::manual_seed(21);
+  torch::Tensor magnitude = torch::rand({g.n, n}, torch::kDouble) * 3 - 2;  // 10^[-2, 1)
+  torch::Tensor sign = torch::randint(2, {g.n, n}, torch::kDouble) * 2 - 1;
+  torch::Tensor every_rank = (torch::pow(10.0, magnitude) * sign).to(torch::kBFloat16);
+  torch::Tensor mine = every_rank[g.r].contiguous();
+  torch::Tensor expected = every_rank.to(torch::kDouble).sum(0).to(torch::kBFloat16);
+
+  torch::Tensor reduced = mine.clone();
+  g.comm.all_reduce(reduced);
+  EXPECT_TRUE(torch::equal(reduced, expected));
+  EXPECT_EQ(g.comm.counters().at("all_reduce").bytes, n * 4);
+
+  const int64_t one_call = Communicator::max_elements_per_call();
+  Communicator::set_max_elements_per_call(7);
+  torch::Tensor in_pieces = mine.clone();
+  g.comm.all_reduce(in_pieces);
+  torch::Tensor part = torch::empty({n / g.n}, torch::kBFloat16);
+  g.comm.reduce_scatter_flat_async(mine, part).wait();
+  Communicator::set_max_elements_per_call(one_call);
+  EXPECT_TRUE(torch::equal(in_pieces, expected));
+  EXPECT_TRUE(torch::equal(part, expected.chunk(g.n)[g.r]));
+
+  torch::Tensor scattered = g.comm.reduce_scatter(mine, 0);
+  EXPECT_TRUE(torch::equal(scattered, expected.chunk(g.n)[g.r]));
+  std::vector<int64_t> counts(g.n, 64);
+  counts[0] += 5;
+  counts[g.n - 1] -= 5;
+  torch::Tensor uneven = torch::empty({counts[g.r]}, torch::kBFloat16);
+  g.comm.reduce_scatter_v_async(mine, uneven, counts).wait();
+  int64_t offset = 0;
+  for (int rank = 0; rank < g.r; ++rank) offset += counts[rank];
+  EXPECT_TRUE(torch::equal(uneven, expected.narrow(0, offset, counts[g.r])));
+
+  torch::Tensor gathered = g.comm.all_gather(mine.view({1, n}), 0);
+  EXPECT_TRUE(torch::equal(gathered, every_rank));
+  torch::Tensor from_last = mine.clone();
+  g.comm.broadcast(from_last, g.n - 1);
+  EXPECT_TRUE(torch::equal(from_last, every_rank[g.n - 1]));
+  torch::Tensor received = torch::empty({n}, torch::kBFloat16);
+  Handle sent = g.comm.send_async(mine, (g.r + 1) % g.n, 9);
+  g.comm.recv(received, (g.r + g.n - 1) % g.n, 9);
+  sent.wait();
+  EXPECT_TRUE(torch::equal(received, every_rank[(g.r + g.n - 1) % g.n]));
+}
+
 // Every collective and point-to-point call gives the same result when its message goes out
 // in pieces of at most 7 elements (MPI's int counts, exercised small) as in one call, and
 // the results match their definitions computed here.
