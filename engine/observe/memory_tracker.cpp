@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <mutex>
+#include <unordered_map>
 
 namespace retort::engine {
 namespace {
@@ -36,41 +37,61 @@ Counters& counters() {
   return c;
 }
 
+// Files every CPU allocation under the current memory category. Its DataPtrs are plain
+// (context == data, freed by release()), as c10's raw_allocate / raw_deallocate require:
+// oneDNN allocates its buffers that way (bfloat16 matrix products among them). The size and
+// category of each block live in a table beside it, keyed by its address.
 class TrackingAllocator final : public c10::Allocator {
  public:
   explicit TrackingAllocator(c10::Allocator* base) : base_(base) {}
 
   c10::DataPtr allocate(size_t bytes) override {
     c10::DataPtr inner = base_->allocate(bytes);
-    void* data = inner.get();
-    c10::Device device = inner.device();
-    auto* context =
-        new Context{std::move(inner), static_cast<int64_t>(bytes), current_memory_category()};
-    {
+    // A block the base allocator frees through a context of its own cannot be handed out
+    // plain; c10's CPU allocator never does that.
+    TORCH_INTERNAL_ASSERT(inner.get() == inner.get_context() || inner.get() == nullptr,
+                          "the base CPU allocator's blocks carry a context");
+    void* data = inner.release_context();
+    const c10::Device device = inner.device();
+    if (data) {
+      const MemoryCategory category = current_memory_category();
       std::lock_guard<std::mutex> lock(counters().mutex);
-      counters().add(context->category, context->bytes);
+      blocks()[data] = Block{static_cast<int64_t>(bytes), category};
+      counters().add(category, static_cast<int64_t>(bytes));
     }
-    return {data, context, &release, device};
+    return {data, data, &release, device};
   }
 
-  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
 
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     default_copy_data(dest, src, count);
   }
 
-  struct Context {
-    c10::DataPtr inner;
+  struct Block {
     int64_t bytes;
     MemoryCategory category;
   };
-  static void release(void* pointer) {
-    auto* context = static_cast<Context*>(pointer);
+  static std::unordered_map<void*, Block>& blocks() {  // counters().mutex held
+    static std::unordered_map<void*, Block> table;
+    return table;
+  }
+  static void release(void* data) {
+    if (!data) return;
     {
       std::lock_guard<std::mutex> lock(counters().mutex);
-      counters().add(context->category, -context->bytes);
+      auto it = blocks().find(data);
+      if (it != blocks().end()) {
+        counters().add(it->second.category, -it->second.bytes);
+        blocks().erase(it);
+      }
     }
-    delete context;  // frees the memory through the base allocator's deleter
+    base_deleter()(data);
+  }
+  // The base allocator's deleter, set when the tracker is installed.
+  static c10::DeleterFnPtr& base_deleter() {
+    static c10::DeleterFnPtr deleter = nullptr;
+    return deleter;
   }
 
  private:
@@ -89,6 +110,9 @@ int64_t MemorySplit::device() const {
 MemoryTracker& MemoryTracker::install() {
   static TrackingAllocator allocator(c10::GetCPUAllocator());
   static bool installed = [] {
+    TrackingAllocator::base_deleter() = c10::GetCPUAllocator()->raw_deleter();
+    TORCH_INTERNAL_ASSERT(TrackingAllocator::base_deleter(),
+                          "the base CPU allocator has no raw deleter");
     c10::SetCPUAllocator(&allocator, /*priority=*/100);
     return true;
   }();
@@ -129,12 +153,13 @@ void MemoryTracker::retag(const at::Tensor& t, MemoryCategory category) {
   if (!t.defined() || !t.has_storage()) return;
   const c10::DataPtr& data = t.storage().data_ptr();
   if (data.get_deleter() != &TrackingAllocator::release) return;
-  auto* context = static_cast<TrackingAllocator::Context*>(data.get_context());
   std::lock_guard<std::mutex> lock(counters().mutex);
-  if (context->category == category) return;
-  counters().add(context->category, -context->bytes);
-  context->category = category;
-  counters().add(category, context->bytes);
+  auto it = TrackingAllocator::blocks().find(data.get());
+  if (it == TrackingAllocator::blocks().end() || it->second.category == category) return;
+  TrackingAllocator::Block& block = it->second;
+  counters().add(block.category, -block.bytes);
+  block.category = category;
+  counters().add(category, block.bytes);
 }
 
 void MemoryTracker::add_outside(MemoryCategory category, int64_t bytes) {

@@ -96,3 +96,31 @@ TEST(MemoryAccounting, PeakSplitAndWhatEachFeatureLowers) {
       (long long)offloaded, (long long)in_backward.of(MemoryCategory::gradients),
       (long long)in_backward.device());
 }
+
+// oneDNN takes its buffers through c10's raw_allocate / raw_deallocate, which need plain
+// blocks (context == data): the tracker files those bytes too, and a bfloat16 matrix
+// product (oneDNN's) runs with it installed. The product is checked against float32 on the
+// same bfloat16 inputs: oneDNN sums in float32 and rounds once to bfloat16, so each entry is
+// within bfloat16's unit round-off 2^-8 of the float32 result, plus float32's summation error
+// over 96 terms (96 x 2^-24 x sum |a||b|, below 1e-4 here).
+TEST(MemoryAccounting, RawBlocksAreFiledAndBFloat16ProductsRun) {
+  MemoryTracker& memory = MemoryTracker::install();
+  c10::Allocator* cpu = c10::GetAllocator(c10::DeviceType::CPU);  // what oneDNN asks
+  const int64_t before = memory.current_bytes();
+  void* raw = cpu->raw_allocate(1 << 20);
+  EXPECT_EQ(memory.current_bytes() - before, 1 << 20);
+  cpu->raw_deallocate(raw);
+  EXPECT_EQ(memory.current_bytes(), before);
+
+  torch::manual_seed(3);
+  torch::Tensor a = torch::randn({64, 96}).to(torch::kBFloat16);
+  torch::Tensor b = torch::randn({96, 80}).to(torch::kBFloat16);
+  torch::Tensor product = torch::matmul(a, b);
+  torch::Tensor reference = torch::matmul(a.to(torch::kFloat), b.to(torch::kFloat));
+  EXPECT_TRUE(((product.to(torch::kFloat) - reference).abs() <=
+               reference.abs() * std::ldexp(1.0, -8) + 1e-4)
+                  .all()
+                  .item<bool>());
+  EXPECT_EQ(memory.current_bytes(),
+            before + product.nbytes() + a.nbytes() + b.nbytes() + reference.nbytes());
+}
