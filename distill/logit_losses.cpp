@@ -404,7 +404,7 @@ void stream_student_weight_grad(const LossSetup& setup, const TokenStats& stats,
         gradient_chunk(setup, stats, out, torch::matmul(xs_c, wsb.t()),
                        torch::matmul(xt.narrow(0, start, len), wtb.t()), kd_coefficient,
                        ce_coefficient, start, len, row);
-        grad_real.addmm_(out.t(), xs_c);
+        layers::add_transposed_product(grad_real, out, xs_c);
         grad_x.narrow(0, start, len).addmm_(out, wsb);
       }
     }
@@ -474,7 +474,7 @@ struct HeadLogitDistillation : torch::autograd::Function<HeadLogitDistillation> 
                      torch::matmul(xt.narrow(0, start, len), teacher_real_weight.t()),
                      kd_coefficient, ce_coefficient, start, len);
       grad_x.narrow(0, start, len).copy_(torch::matmul(out, student_real_weight));
-      grad_w_real.addmm_(out.t(), xs_c);
+      layers::add_transposed_product(grad_w_real, out, xs_c);
     }
     result[0] = grad_x;
     result[1] = layers::deliver_whole_gradient(setup.sink, grad_w);
@@ -549,7 +549,10 @@ struct FusedHeadLogitDistillation : torch::autograd::Function<FusedHeadLogitDist
         torch::Tensor rows = grad_x.narrow(0, start, len);
         layers::product_by_out(rows, out, student_real_weight);
       }
-      if (want_w) grad_w.narrow(0, 0, setup.real).addmm_(out.t(), xs_c);
+      if (want_w) {
+        torch::Tensor grad_w_real = grad_w.narrow(0, 0, setup.real);
+        layers::add_transposed_product(grad_w_real, out, xs_c);
+      }
     }
     torch::Tensor kd = (stats.per_token * w).sum() * setup.scale;
     torch::Tensor ce = setup.with_ce ? ((stats.lse_1 - stats.target_logit) * w).sum()

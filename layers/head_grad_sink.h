@@ -31,15 +31,33 @@ class HeadGradSink {
   virtual torch::Tensor whole_gradient_memory() { return {}; }
 };
 
-// A zeroed tensor of weight's shape for the head weight's whole gradient: the sink's memory
-// when it offers some of that shape; without a sink (the gradient goes back to autograd)
-// memory offered for the weight's gradient (layers/grad_destinations.h); else a new tensor.
+// The type a head weight's gradient is summed in over chunks of tokens: float32 for a 16-bit
+// weight (each chunk's product is rounded once, the sum is not), else the weight's own.
+inline torch::ScalarType gradient_sum_type(const torch::Tensor& weight) {
+  const torch::ScalarType type = weight.scalar_type();
+  return type == torch::kBFloat16 || type == torch::kHalf ? torch::kFloat : type;
+}
+
+// A zeroed tensor of weight's shape, in gradient_sum_type, for the head weight's whole
+// gradient: the sink's memory when it offers some of that shape and type; without a sink (the
+// gradient goes back to autograd) memory offered for the weight's gradient
+// (layers/grad_destinations.h); else a new tensor.
 inline torch::Tensor zeroed_whole_gradient(HeadGradSink* sink, const torch::Tensor& weight) {
   torch::Tensor memory = sink ? sink->whole_gradient_memory() : take_grad_destination(weight);
-  if (memory.defined() && memory.sizes() == weight.sizes() &&
-      memory.scalar_type() == weight.scalar_type() && memory.is_contiguous())
+  const torch::ScalarType type = gradient_sum_type(weight);
+  if (memory.defined() && memory.sizes() == weight.sizes() && memory.scalar_type() == type &&
+      memory.is_contiguous())
     return memory.zero_();
-  return torch::zeros_like(weight, torch::MemoryFormat::Contiguous);
+  return torch::zeros(weight.sizes(), weight.options().dtype(type));
+}
+
+// grad += a^T b, summed in grad's type: a 16-bit product is rounded once, then added.
+inline void add_transposed_product(torch::Tensor& grad, const torch::Tensor& a,
+                                   const torch::Tensor& b) {
+  if (grad.scalar_type() == a.scalar_type())
+    grad.addmm_(a.t(), b);
+  else
+    grad.add_(torch::mm(a.t(), b));
 }
 
 // The head weight's whole gradient, formed in forward and scaled in backward: to a sink that

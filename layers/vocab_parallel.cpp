@@ -23,13 +23,21 @@ void all_reduce(torch::Tensor& t, parallel::Communicator* group, parallel::Reduc
   if (group->size() > 1) group->all_reduce(t, op);
 }
 
+// The type the softmax, its log-sum-exp and the loss sums are taken in: float32 for 16-bit
+// logits (bfloat16 keeps 8 bits of mantissa, too few for a sum over the vocabulary), else the
+// logits' own.
+torch::ScalarType softmax_type(const torch::Tensor& x) {
+  const torch::ScalarType type = x.scalar_type();
+  return type == torch::kBFloat16 || type == torch::kHalf ? torch::kFloat : type;
+}
+
 // Per-token cross-entropy over a vocabulary split across the group.
 struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossEntropy> {
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor logits, torch::Tensor targets,
                                int64_t vocab_start, int64_t vocab_size,
                                parallel::Communicator* group) {
     const int64_t local = logits.size(-1);
-    torch::Tensor z = logits.reshape({-1, local});
+    torch::Tensor z = logits.reshape({-1, local}).to(softmax_type(logits));
     torch::Tensor t = targets.reshape({-1});
     torch::Tensor ids = torch::arange(vocab_start, vocab_start + local, t.options());
     torch::Tensor padded = ids >= vocab_size;
@@ -58,6 +66,7 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
     torch::Tensor softmax = exp.div_(sum_exp.unsqueeze(-1));
     ctx->save_for_backward({softmax, local_index, (in_range & t.ne(kIgnore)), keep});
     ctx->saved_data["shape"] = logits.sizes().vec();
+    ctx->saved_data["logits_type"] = int64_t(logits.scalar_type());
     return loss.view(targets.sizes());
   }
 
@@ -68,7 +77,9 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
     torch::Tensor grad = softmax * g.unsqueeze(-1);
     grad.scatter_add_(1, local_index.unsqueeze(1), (-g * hit.to(g.dtype())).unsqueeze(1));
     auto shape = ctx->saved_data["shape"].toIntVector();
-    return {grad.view(shape), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    const auto logits_type = torch::ScalarType(ctx->saved_data["logits_type"].toInt());
+    return {grad.view(shape).to(logits_type), torch::Tensor(), torch::Tensor(), torch::Tensor(),
+            torch::Tensor()};
   }
 };
 
@@ -98,12 +109,13 @@ FusedHeadResult fused_head_forward(const torch::Tensor& x2d, const torch::Tensor
   torch::Tensor padded = ids >= vocab_size;
   const bool any_padded = vocab_start + local > vocab_size;
   FusedHeadResult result;
-  result.loss_sum = torch::zeros({}, x2d.options());
+  const torch::TensorOptions softmax_options = x2d.options().dtype(softmax_type(x2d));
+  result.loss_sum = torch::zeros({}, softmax_options);
   if (want_x) result.grad_x = torch::empty_like(x2d);
   if (want_weight) result.grad_weight = zeroed_whole_gradient(sink, weight);
   if (want_stats) {
-    result.max = torch::empty({n}, x2d.options());
-    result.sum_exp = torch::empty({n}, x2d.options());
+    result.max = torch::empty({n}, softmax_options);
+    result.sum_exp = torch::empty({n}, softmax_options);
   }
   // Alone on the vocabulary, the softmax and its gradient are one loop per row
   // (kernels::cross_entropy_rows); the streamed form's backward forms the same gradient again
@@ -114,7 +126,7 @@ FusedHeadResult fused_head_forward(const torch::Tensor& x2d, const torch::Tensor
     const int64_t len = std::min(chunk, n - start);
     torch::Tensor xc = x2d.narrow(0, start, len), tc = t.narrow(0, start, len);
     // [len, local], reused in place below
-    torch::Tensor z = product_by_transposed(xc, weight);
+    torch::Tensor z = product_by_transposed(xc, weight).to(softmax_options.dtype());
     if (loops) {
       const bool want_grad = want_x || want_weight;
       torch::Tensor keep = tc.ne(kIgnore).to(z.dtype()).contiguous();
@@ -142,7 +154,7 @@ FusedHeadResult fused_head_forward(const torch::Tensor& x2d, const torch::Tensor
         torch::Tensor rows = result.grad_x.narrow(0, start, len);
         product_by_out(rows, z, weight);
       }
-      if (want_weight) result.grad_weight.addmm_(z.t(), xc);
+      if (want_weight) add_transposed_product(result.grad_weight, z, xc);
       continue;
     }
     if (any_padded) z.masked_fill_(padded, -std::numeric_limits<double>::infinity());
@@ -171,8 +183,9 @@ FusedHeadResult fused_head_forward(const torch::Tensor& x2d, const torch::Tensor
     z.div_(sum_exp.unsqueeze(-1)).mul_(keep.unsqueeze(-1));
     z.scatter_add_(1, local_index.unsqueeze(1),
                    (-keep * (in_range & tc.ne(kIgnore)).to(z.dtype())).unsqueeze(1));
+    z = z.to(weight.scalar_type());  // the products run in the weights' type
     if (want_x) result.grad_x.narrow(0, start, len).copy_(torch::matmul(z, weight));
-    if (want_weight) result.grad_weight.addmm_(z.t(), xc);
+    if (want_weight) add_transposed_product(result.grad_weight, z, xc);
   }
   return result;
 }
@@ -235,20 +248,21 @@ struct StreamedHeadCrossEntropy : torch::autograd::Function<StreamedHeadCrossEnt
     torch::NoGradGuard no_grad;
     const int64_t n = x2d.size(0), local = weight.size(0);
     const int64_t block = std::max<int64_t>(1, sink->block_rows(local));
-    torch::Tensor keep = t.ne(kIgnore).to(x2d.scalar_type());
+    torch::Tensor keep = t.ne(kIgnore).to(softmax_type(x2d));
     for (int64_t row = 0; row < local; row += block) {
       const int64_t rows = std::min(block, local - row), first_id = vocab_start + row;
       torch::Tensor w = weight.narrow(0, row, rows);
       torch::Tensor padded = torch::arange(first_id, first_id + rows, t.options()) >= vocab_size;
       const bool any_padded = first_id + rows > vocab_size;
-      torch::Tensor grad = torch::zeros({rows, weight.size(1)}, weight.options());
+      torch::Tensor grad =
+          torch::zeros({rows, weight.size(1)}, weight.options().dtype(gradient_sum_type(weight)));
       for (int64_t start = 0; start < n; start += chunk) {
         const int64_t len = std::min(chunk, n - start);
         torch::Tensor xc = x2d.narrow(0, start, len), tc = t.narrow(0, start, len);
         torch::Tensor kc = keep.narrow(0, start, len);
         // The forward's own product (same rows and inner dimension, so the same route): each
         // logit of the block is then bitwise the forward's, whatever the BLAS's kernels.
-        torch::Tensor z = product_by_transposed(xc, w);
+        torch::Tensor z = product_by_transposed(xc, w).to(softmax_type(x2d));
         if (loops) {  // as the forward's loop formed it
           torch::Tensor in_block = (tc >= first_id) & (tc < first_id + rows) & tc.ne(kIgnore);
           torch::Tensor index =
@@ -266,7 +280,7 @@ struct StreamedHeadCrossEntropy : torch::autograd::Function<StreamedHeadCrossEnt
                                              index.data_ptr<int64_t>() + b);
             });
           });
-          grad.addmm_(z.t(), xc);
+          add_transposed_product(grad, z, xc);
           continue;
         }
         if (any_padded) z.masked_fill_(padded, -std::numeric_limits<double>::infinity());
@@ -276,7 +290,7 @@ struct StreamedHeadCrossEntropy : torch::autograd::Function<StreamedHeadCrossEnt
         torch::Tensor index = torch::where(in_block, tc - first_id, torch::zeros_like(tc));
         z.scatter_add_(1, index.unsqueeze(1),
                        (-kc * (in_block & tc.ne(kIgnore)).to(z.dtype())).unsqueeze(1));
-        grad.addmm_(z.t(), xc);
+        add_transposed_product(grad, z.to(weight.scalar_type()), xc);
       }
       sink->take_rows(row, grad.mul_(g));
     }

@@ -287,6 +287,63 @@ TEST(FusedKernels, HeadCrossEntropyMatchesMaterialisedLogits) {
   EXPECT_EQ(got.grads[1].narrow(0, vocab, padded - vocab).abs().max().item<double>(), 0.0);
 }
 
+// bfloat16 input and weight: the LM head's softmax, log-sum-exp and loss sum are taken in
+// float32, only the two products in bfloat16 (both head forms: the fused head and the
+// cross-entropy of given logits). The reference is float64 on the logits the bf16 product
+// gives (float32 sums rounded once to bf16). Tolerances, u = 2^-8 (bf16's unit round-off):
+// - the loss: float32 arithmetic on those logits, with a product entry that rounds the other
+//   way now and then (each moves one token's loss by at most u |z| < 0.03): 1e-4 of the total.
+//   A softmax or sum kept in bf16 misses by about u / 2 per token, near 1e-3 of the total.
+// - the gradients: dz = softmax - onehot rounded to bf16, then a bf16 product: each entry
+//   within u (|dz| @ |w|) + u |g| <= 2u (|dz| @ |w|). The fused head sums the weight's
+//   gradient over chunks of tokens in float32 (each chunk's product rounded once), and autograd
+//   rounds that sum to the bf16 weight's type once more: 3u for the weight. Summed in bf16
+//   over the chunks instead, each addition would round again.
+TEST(FusedKernels, HeadCrossEntropyInBFloat16SumsInFloat32) {
+  torch::manual_seed(23);
+  const int64_t tokens = 300, hidden = 64, vocab = 1000, padded = 1024;
+  const int64_t kIgnoreIndex = -100;
+  torch::Tensor x = torch::randn({tokens, hidden}).to(torch::kBFloat16);
+  torch::Tensor weight = (torch::randn({padded, hidden}) * 0.3).to(torch::kBFloat16);
+  torch::Tensor targets = torch::randint(vocab, {tokens}, torch::kLong);
+  targets[7] = kIgnoreIndex;
+  const double u = std::ldexp(1.0, -8);
+  for (bool fused : {true, false}) {
+    torch::Tensor xs = x.clone().requires_grad_(true), ws = weight.clone().requires_grad_(true);
+    torch::Tensor loss =
+        fused ? fused_head_cross_entropy_sum(xs, ws, targets, vocab, TensorParallel{}, 64)
+              : vocab_parallel_cross_entropy(torch::matmul(xs, ws.t()), targets, vocab,
+                                             TensorParallel{})
+                    .sum();
+    EXPECT_EQ(loss.scalar_type(), torch::kFloat);
+    loss.backward();
+    EXPECT_EQ(xs.grad().scalar_type(), torch::kBFloat16);
+
+    torch::Tensor w64 = weight.to(torch::kDouble), x64 = x.to(torch::kDouble);
+    torch::Tensor z = torch::matmul(x, weight.t()).to(torch::kDouble).narrow(1, 0, vocab);
+    torch::Tensor keep = targets.ne(kIgnoreIndex);
+    torch::Tensor safe_targets = torch::where(keep, targets, torch::zeros_like(targets));
+    torch::Tensor log_p = torch::log_softmax(z, -1);
+    torch::Tensor ref_loss =
+        -(log_p.gather(1, safe_targets.unsqueeze(1)).squeeze(1) * keep.to(torch::kDouble)).sum();
+    EXPECT_NEAR(loss.item<double>(), ref_loss.item<double>(), 1e-4 * ref_loss.item<double>())
+        << (fused ? "fused head" : "given logits");
+    torch::Tensor dz = log_p.exp() - torch::one_hot(safe_targets, vocab).to(torch::kDouble);
+    dz = dz * keep.to(torch::kDouble).unsqueeze(1);
+    torch::Tensor abs_w = w64.narrow(0, 0, vocab).abs();
+    torch::Tensor ref_gx = torch::matmul(dz, w64.narrow(0, 0, vocab));
+    torch::Tensor bound_gx = 2 * u * torch::matmul(dz.abs(), abs_w) + 1e-6;
+    EXPECT_TRUE(((xs.grad().to(torch::kDouble) - ref_gx).abs() <= bound_gx).all().item<bool>())
+        << (fused ? "fused head" : "given logits");
+    torch::Tensor ref_gw = torch::matmul(dz.t(), x64);
+    torch::Tensor bound_gw = 3 * u * torch::matmul(dz.abs().t(), x64.abs()) + 1e-6;
+    torch::Tensor gw = ws.grad().to(torch::kDouble);
+    EXPECT_TRUE(((gw.narrow(0, 0, vocab) - ref_gw).abs() <= bound_gw).all().item<bool>())
+        << (fused ? "fused head" : "given logits");
+    EXPECT_EQ(gw.narrow(0, vocab, padded - vocab).abs().max().item<double>(), 0.0);
+  }
+}
+
 // Logits spread over hundreds, each token's largest in the vocabulary's last columns (past the
 // last whole 16-lane block of 1100): the softmax is taken relative to the row maximum, so a
 // maximum that missed those columns would overflow exp to inf and the loss to NaN.
