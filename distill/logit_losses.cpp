@@ -9,6 +9,7 @@
 #include "common/saved_object.h"
 #include "common/user_error.h"
 #include "kernels/logit_kernels.h"
+#include "layers/accumulation_type.h"
 #include "layers/kernel_route.h"
 #include "layers/linear_products.h"
 
@@ -19,6 +20,16 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
+
+// A chunk's logits x @ weight^T in the type the loss is taken in: float32 for 16-bit heads
+// (layers/accumulation_type.h), whose products alone run in 16 bits.
+torch::Tensor chunk_logits(const torch::Tensor& x, const torch::Tensor& weight) {
+  return torch::matmul(x, weight.t()).to(layers::accumulation_type(x));
+}
+// A buffer for a chunk's logit gradient, in that type.
+torch::Tensor gradient_buffer(int64_t len, int64_t columns, const torch::Tensor& x) {
+  return torch::empty({len, columns}, x.options().dtype(layers::accumulation_type(x)));
+}
 
 void tp_reduce(torch::Tensor& t, parallel::Communicator* group, parallel::ReduceOp op) {
   if (group->size() > 1) group->all_reduce(t, op);
@@ -393,19 +404,21 @@ void stream_student_weight_grad(const LossSetup& setup, const TokenStats& stats,
   for (int64_t row = 0; row < setup.local; row += block) {
     const int64_t rows = std::min(block, setup.local - row);
     const int64_t real = std::clamp<int64_t>(setup.real - row, 0, rows);
-    torch::Tensor grad = torch::zeros({rows, ws.size(1)}, ws.options());
+    torch::Tensor grad =
+        torch::zeros({rows, ws.size(1)}, ws.options().dtype(layers::accumulation_type(ws)));
     if (real > 0) {
       torch::Tensor wsb = ws.narrow(0, row, real), wtb = wt.narrow(0, row, real);
       torch::Tensor grad_real = grad.narrow(0, 0, real);
       for (int64_t start = 0; start < setup.n; start += chunk) {
         const int64_t len = std::min(chunk, setup.n - start);
         torch::Tensor xs_c = xs.narrow(0, start, len);
-        torch::Tensor out = torch::empty({len, real}, xs.options());
-        gradient_chunk(setup, stats, out, torch::matmul(xs_c, wsb.t()),
-                       torch::matmul(xt.narrow(0, start, len), wtb.t()), kd_coefficient,
-                       ce_coefficient, start, len, row);
-        layers::add_transposed_product(grad_real, out, xs_c);
-        grad_x.narrow(0, start, len).addmm_(out, wsb);
+        torch::Tensor out = gradient_buffer(len, real, xs);
+        gradient_chunk(setup, stats, out, chunk_logits(xs_c, wsb),
+                       chunk_logits(xt.narrow(0, start, len), wtb), kd_coefficient, ce_coefficient,
+                       start, len, row);
+        const torch::Tensor dz = out.to(xs.scalar_type());  // the products' type
+        layers::add_transposed_product(grad_real, dz, xs_c);
+        grad_x.narrow(0, start, len).addmm_(dz, wsb);
       }
     }
     setup.sink->take_rows(row, grad);
@@ -432,13 +445,14 @@ struct HeadLogitDistillation : torch::autograd::Function<HeadLogitDistillation> 
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor xs, torch::Tensor ws,
                                torch::Tensor xt, torch::Tensor wt, torch::Tensor w,
                                torch::Tensor targets, LossSetup setup) {
-    TokenStats stats = empty_stats(setup, targets, xs.options());
+    TokenStats stats =
+        empty_stats(setup, targets, xs.options().dtype(layers::accumulation_type(xs)));
     torch::Tensor student_real_weight = ws.narrow(0, 0, setup.real),
                   teacher_real_weight = wt.narrow(0, 0, setup.real);
     for (int64_t start = 0; start < setup.n; start += setup.chunk) {
       const int64_t len = std::min(setup.chunk, setup.n - start);
-      forward_chunk(setup, stats, torch::matmul(xs.narrow(0, start, len), student_real_weight.t()),
-                    torch::matmul(xt.narrow(0, start, len), teacher_real_weight.t()), start, len);
+      forward_chunk(setup, stats, chunk_logits(xs.narrow(0, start, len), student_real_weight),
+                    chunk_logits(xt.narrow(0, start, len), teacher_real_weight), start, len);
     }
     torch::Tensor result = finish_forward(setup, stats, w);
     std::vector<torch::Tensor> saved = {xs, ws, xt, wt, w};
@@ -469,12 +483,13 @@ struct HeadLogitDistillation : torch::autograd::Function<HeadLogitDistillation> 
     for (int64_t start = 0; start < setup.n; start += setup.chunk) {
       const int64_t len = std::min(setup.chunk, setup.n - start);
       torch::Tensor xs_c = xs.narrow(0, start, len);
-      torch::Tensor out = torch::empty({len, setup.real}, xs.options());
-      gradient_chunk(setup, stats, out, torch::matmul(xs_c, student_real_weight.t()),
-                     torch::matmul(xt.narrow(0, start, len), teacher_real_weight.t()),
-                     kd_coefficient, ce_coefficient, start, len);
-      grad_x.narrow(0, start, len).copy_(torch::matmul(out, student_real_weight));
-      layers::add_transposed_product(grad_w_real, out, xs_c);
+      torch::Tensor out = gradient_buffer(len, setup.real, xs);
+      gradient_chunk(setup, stats, out, chunk_logits(xs_c, student_real_weight),
+                     chunk_logits(xt.narrow(0, start, len), teacher_real_weight), kd_coefficient,
+                     ce_coefficient, start, len);
+      const torch::Tensor dz = out.to(xs.scalar_type());  // the products' type
+      grad_x.narrow(0, start, len).copy_(torch::matmul(dz, student_real_weight));
+      layers::add_transposed_product(grad_w_real, dz, xs_c);
     }
     result[0] = grad_x;
     result[1] = layers::deliver_whole_gradient(setup.sink, grad_w);
@@ -492,7 +507,8 @@ struct FusedHeadLogitDistillation : torch::autograd::Function<FusedHeadLogitDist
                                torch::Tensor xt, torch::Tensor wt, torch::Tensor w,
                                torch::Tensor targets, LossSetup setup, double kd_factor,
                                double ce_factor) {
-    TokenStats stats = empty_stats(setup, targets, xs.options());
+    TokenStats stats =
+        empty_stats(setup, targets, xs.options().dtype(layers::accumulation_type(xs)));
     torch::Tensor student_real_weight = ws.narrow(0, 0, setup.real),
                   teacher_real_weight = wt.narrow(0, 0, setup.real);
     TORCH_CHECK(!setup.sink || !setup.sink->streams(),
@@ -507,9 +523,12 @@ struct FusedHeadLogitDistillation : torch::autograd::Function<FusedHeadLogitDist
       torch::Tensor xs_c = xs.narrow(0, start, len);
       // Both heads' logits and the input gradient through the engine's own products where
       // they beat the BLAS (layers/linear_products.h), as the LM-only head forms its own.
-      torch::Tensor student_rows = layers::product_by_transposed(xs_c, student_real_weight);
+      const torch::ScalarType loss_type = layers::accumulation_type(xs);
+      torch::Tensor student_rows =
+          layers::product_by_transposed(xs_c, student_real_weight).to(loss_type);
       torch::Tensor teacher_rows =
-          layers::product_by_transposed(xt.narrow(0, start, len), teacher_real_weight);
+          layers::product_by_transposed(xt.narrow(0, start, len), teacher_real_weight)
+              .to(loss_type);
       torch::Tensor out;
       const bool alone = !setup.group || setup.group->size() == 1;
       if (alone && loops_apply(setup, student_rows, teacher_rows) && (want_x || want_w)) {
@@ -541,11 +560,12 @@ struct FusedHeadLogitDistillation : torch::autograd::Function<FusedHeadLogitDist
       }
       if (!want_x && !want_w) continue;
       if (!out.defined()) {
-        out = torch::empty({len, setup.real}, xs.options());
+        out = gradient_buffer(len, setup.real, xs);
         gradient_chunk(setup, stats, out, student_rows, teacher_rows, kd_coefficient,
                        ce_coefficient, start, len);
       }
-      if (want_x) {  // written in place: grad_x rows are contiguous
+      out = out.to(xs.scalar_type());  // the products' type
+      if (want_x) {                    // written in place: grad_x rows are contiguous
         torch::Tensor rows = grad_x.narrow(0, start, len);
         layers::product_by_out(rows, out, student_real_weight);
       }
@@ -613,7 +633,7 @@ LogitLossValue logit_distillation_from_heads(const HeadInput& student, const Hea
   setup.sink = student.weight_grad_sink;
   torch::Tensor xt = teacher.input.detach().reshape({-1, teacher.input.size(-1)});
   torch::Tensor wt = teacher.weight.detach();
-  torch::Tensor w = weight.reshape({-1}).to(xs.scalar_type());
+  torch::Tensor w = weight.reshape({-1}).to(layers::accumulation_type(xs));
   // A sink that steps rows as they come needs them formed in backward.
   const bool streaming = setup.sink && setup.sink->streams() && student.weight.requires_grad();
   if (head_logits == HeadLogits::formed_again_in_backward || streaming) {

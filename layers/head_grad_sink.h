@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "layers/accumulation_type.h"
 #include "layers/grad_destinations.h"
 
 namespace retort::layers {
@@ -31,20 +32,14 @@ class HeadGradSink {
   virtual torch::Tensor whole_gradient_memory() { return {}; }
 };
 
-// The type a head weight's gradient is summed in over chunks of tokens: float32 for a 16-bit
-// weight (each chunk's product is rounded once, the sum is not), else the weight's own.
-inline torch::ScalarType gradient_sum_type(const torch::Tensor& weight) {
-  const torch::ScalarType type = weight.scalar_type();
-  return type == torch::kBFloat16 || type == torch::kHalf ? torch::kFloat : type;
-}
-
-// A zeroed tensor of weight's shape, in gradient_sum_type, for the head weight's whole
+// A zeroed tensor of weight's shape, in accumulation_type (a 16-bit weight's gradient is summed
+// over chunks of tokens in float32, each chunk's product rounded once), for the head weight's whole
 // gradient: the sink's memory when it offers some of that shape and type; without a sink (the
 // gradient goes back to autograd) memory offered for the weight's gradient
 // (layers/grad_destinations.h); else a new tensor.
 inline torch::Tensor zeroed_whole_gradient(HeadGradSink* sink, const torch::Tensor& weight) {
   torch::Tensor memory = sink ? sink->whole_gradient_memory() : take_grad_destination(weight);
-  const torch::ScalarType type = gradient_sum_type(weight);
+  const torch::ScalarType type = accumulation_type(weight);
   if (memory.defined() && memory.sizes() == weight.sizes() && memory.scalar_type() == type &&
       memory.is_contiguous())
     return memory.zero_();

@@ -9,6 +9,7 @@
 
 #include "common/saved_object.h"
 #include "kernels/row_loops.h"
+#include "layers/accumulation_type.h"
 #include "layers/kernel_route.h"
 #include "layers/linear_products.h"
 
@@ -23,21 +24,13 @@ void all_reduce(torch::Tensor& t, parallel::Communicator* group, parallel::Reduc
   if (group->size() > 1) group->all_reduce(t, op);
 }
 
-// The type the softmax, its log-sum-exp and the loss sums are taken in: float32 for 16-bit
-// logits (bfloat16 keeps 8 bits of mantissa, too few for a sum over the vocabulary), else the
-// logits' own.
-torch::ScalarType softmax_type(const torch::Tensor& x) {
-  const torch::ScalarType type = x.scalar_type();
-  return type == torch::kBFloat16 || type == torch::kHalf ? torch::kFloat : type;
-}
-
 // Per-token cross-entropy over a vocabulary split across the group.
 struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossEntropy> {
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor logits, torch::Tensor targets,
                                int64_t vocab_start, int64_t vocab_size,
                                parallel::Communicator* group) {
     const int64_t local = logits.size(-1);
-    torch::Tensor z = logits.reshape({-1, local}).to(softmax_type(logits));
+    torch::Tensor z = logits.reshape({-1, local}).to(accumulation_type(logits));
     torch::Tensor t = targets.reshape({-1});
     torch::Tensor ids = torch::arange(vocab_start, vocab_start + local, t.options());
     torch::Tensor padded = ids >= vocab_size;
@@ -109,7 +102,7 @@ FusedHeadResult fused_head_forward(const torch::Tensor& x2d, const torch::Tensor
   torch::Tensor padded = ids >= vocab_size;
   const bool any_padded = vocab_start + local > vocab_size;
   FusedHeadResult result;
-  const torch::TensorOptions softmax_options = x2d.options().dtype(softmax_type(x2d));
+  const torch::TensorOptions softmax_options = x2d.options().dtype(accumulation_type(x2d));
   result.loss_sum = torch::zeros({}, softmax_options);
   if (want_x) result.grad_x = torch::empty_like(x2d);
   if (want_weight) result.grad_weight = zeroed_whole_gradient(sink, weight);
@@ -248,21 +241,21 @@ struct StreamedHeadCrossEntropy : torch::autograd::Function<StreamedHeadCrossEnt
     torch::NoGradGuard no_grad;
     const int64_t n = x2d.size(0), local = weight.size(0);
     const int64_t block = std::max<int64_t>(1, sink->block_rows(local));
-    torch::Tensor keep = t.ne(kIgnore).to(softmax_type(x2d));
+    torch::Tensor keep = t.ne(kIgnore).to(accumulation_type(x2d));
     for (int64_t row = 0; row < local; row += block) {
       const int64_t rows = std::min(block, local - row), first_id = vocab_start + row;
       torch::Tensor w = weight.narrow(0, row, rows);
       torch::Tensor padded = torch::arange(first_id, first_id + rows, t.options()) >= vocab_size;
       const bool any_padded = first_id + rows > vocab_size;
       torch::Tensor grad =
-          torch::zeros({rows, weight.size(1)}, weight.options().dtype(gradient_sum_type(weight)));
+          torch::zeros({rows, weight.size(1)}, weight.options().dtype(accumulation_type(weight)));
       for (int64_t start = 0; start < n; start += chunk) {
         const int64_t len = std::min(chunk, n - start);
         torch::Tensor xc = x2d.narrow(0, start, len), tc = t.narrow(0, start, len);
         torch::Tensor kc = keep.narrow(0, start, len);
         // The forward's own product (same rows and inner dimension, so the same route): each
         // logit of the block is then bitwise the forward's, whatever the BLAS's kernels.
-        torch::Tensor z = product_by_transposed(xc, w).to(softmax_type(x2d));
+        torch::Tensor z = product_by_transposed(xc, w).to(accumulation_type(x2d));
         if (loops) {  // as the forward's loop formed it
           torch::Tensor in_block = (tc >= first_id) & (tc < first_id + rows) & tc.ne(kIgnore);
           torch::Tensor index =

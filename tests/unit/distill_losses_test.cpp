@@ -418,3 +418,64 @@ TEST(LogitLosses, SharpLogitsPeakingLastStayExact) {
   EXPECT_NEAR(ce.item<double>(), ref_ce.item<double>(), 1e-5 * ref_ce.item<double>());
   EXPECT_LT((s.grad().to(torch::kDouble) - s_ref.grad()).abs().max().item<double>(), 1e-5);
 }
+
+// bfloat16 heads: the logit loss takes its log-sum-exps, per-token terms and sums in float32,
+// only the head products in bfloat16 (both forms). The reference is float64 on the logits the
+// bf16 products give (float32 sums rounded once to bf16). Tolerances, u = 2^-8:
+// - the loss: float32 arithmetic on those logits, with a product entry that rounds the other
+//   way now and then (each moves one token's terms by about u |z|): 1e-4 of the total. Kept in
+//   bf16, the statistics and sums miss by about u / 2 per token.
+// - the gradients: the logit gradient rounded to bf16, then a bf16 product: 2u (|dz| @ |w|)
+//   for the input; the weight's is summed over chunks in float32 and rounded to the bf16
+//   weight once more: 3u (|dz|^T @ |x|).
+TEST(LogitLosses, BFloat16HeadsTakeTheLossInFloat32) {
+  torch::manual_seed(31);
+  const int64_t n = 200, h = 48, vocab = 900, padded = 912;
+  const double u = std::ldexp(1.0, -8), kd_factor = 0.6, ce_factor = 0.4;
+  torch::Tensor xs = torch::randn({n, h}).to(torch::kBFloat16);
+  torch::Tensor ws = (torch::randn({padded, h}) * 0.4).to(torch::kBFloat16);
+  torch::Tensor xt = torch::randn({n, h}).to(torch::kBFloat16);
+  torch::Tensor wt = (torch::randn({padded, h}) * 0.4).to(torch::kBFloat16);
+  torch::Tensor targets = torch::randint(vocab, {n}, torch::kLong);
+  targets[3] = -100;
+  torch::Tensor weight = targets.ne(-100).to(torch::kFloat);
+  for (HeadLogits form : kBothForms) {
+    LogitLossOptions o;
+    o.chunk_tokens = 64;
+    torch::Tensor x = xs.clone().requires_grad_(true), w = ws.clone().requires_grad_(true);
+    LogitLossValue value = logit_distillation_from_heads({x, w}, {xt, wt}, weight, targets, vocab,
+                                                         o, {}, {kd_factor, ce_factor}, form);
+    EXPECT_EQ(value.total.scalar_type(), torch::kFloat);
+    value.total.backward();
+
+    torch::Tensor s = torch::matmul(xs, ws.t()).to(torch::kDouble).narrow(1, 0, vocab);
+    torch::Tensor t = torch::matmul(xt, wt.t()).to(torch::kDouble).narrow(1, 0, vocab);
+    torch::Tensor log_q = torch::log_softmax(s, -1), log_p = torch::log_softmax(t, -1);
+    torch::Tensor keep = weight.to(torch::kDouble);
+    torch::Tensor safe = torch::where(targets.ne(-100), targets, torch::zeros_like(targets));
+    torch::Tensor kd = ((log_p.exp() * (log_p - log_q)).sum(-1) * keep).sum();
+    torch::Tensor ce = -(log_q.gather(1, safe.unsqueeze(1)).squeeze(1) * keep).sum();
+    const std::string where =
+        form == HeadLogits::gradient_in_forward ? "gradient in forward" : "formed again";
+    EXPECT_NEAR(value.kd_sum.item<double>(), kd.item<double>(), 1e-4 * kd.item<double>()) << where;
+    EXPECT_NEAR(value.ce_sum.item<double>(), ce.item<double>(), 1e-4 * ce.item<double>()) << where;
+
+    torch::Tensor q = log_q.exp();
+    torch::Tensor dz = (kd_factor * (q - log_p.exp()) +
+                        ce_factor * (q - torch::one_hot(safe, vocab).to(torch::kDouble))) *
+                       keep.unsqueeze(1);
+    torch::Tensor w64 = ws.to(torch::kDouble).narrow(0, 0, vocab), x64 = xs.to(torch::kDouble);
+    torch::Tensor gx_bound = 2 * u * torch::matmul(dz.abs(), w64.abs()) + 1e-6;
+    EXPECT_TRUE(((x.grad().to(torch::kDouble) - torch::matmul(dz, w64)).abs() <= gx_bound)
+                    .all()
+                    .item<bool>())
+        << where;
+    torch::Tensor gw = w.grad().to(torch::kDouble);
+    torch::Tensor gw_bound = 3 * u * torch::matmul(dz.abs().t(), x64.abs()) + 1e-6;
+    EXPECT_TRUE(((gw.narrow(0, 0, vocab) - torch::matmul(dz.t(), x64)).abs() <= gw_bound)
+                    .all()
+                    .item<bool>())
+        << where;
+    EXPECT_EQ(gw.narrow(0, vocab, padded - vocab).abs().max().item<double>(), 0.0) << where;
+  }
+}
