@@ -6,6 +6,7 @@
 #include "common/fault_injection.h"
 #include "common/user_error.h"
 #include "layers/capture.h"
+#include "layers/compute_copy.h"
 #include "layers/vocab_parallel.h"
 #include "parallel/primitives.h"
 
@@ -144,7 +145,7 @@ torch::Tensor Distiller::activation_loss(const torch::Tensor& targets,
     if (!local(i)) continue;
     const ActivationPair& pair = config_.pairs[i];
     torch::Tensor s = student_sink.at(pair.student);
-    if (projections_[i].defined()) s = torch::matmul(s, projections_[i].t());
+    if (projections_[i].defined()) s = torch::matmul(s, layers::in_type_of(projections_[i], s).t());
     torch::Tensor t = teacher_sink.take(pair.teacher);  // freed once this loss is built
     const double count = fault_injected(Fault::ActivationLocalTokens)
                              ? local_weight.sum().item<double>()

@@ -10,6 +10,7 @@
 #include "common/user_error.h"
 #include "kernels/logit_kernels.h"
 #include "layers/accumulation_type.h"
+#include "layers/compute_copy.h"
 #include "layers/kernel_route.h"
 #include "layers/linear_products.h"
 
@@ -401,13 +402,17 @@ void stream_student_weight_grad(const LossSetup& setup, const TokenStats& stats,
   // a chunk's logits at the size of the other forms' while the block's gradient is
   // accumulated (read and written whole) fewer times.
   const int64_t chunk = setup.chunk * std::max<int64_t>(1, setup.local / block);
+  // The weights as the forward multiplied by them, taken before the sink steps any row.
+  const torch::Tensor student_used = layers::weight_in(ws, xs.scalar_type()),
+                      teacher_used = layers::weight_in(wt, xt.scalar_type());
   for (int64_t row = 0; row < setup.local; row += block) {
     const int64_t rows = std::min(block, setup.local - row);
     const int64_t real = std::clamp<int64_t>(setup.real - row, 0, rows);
     torch::Tensor grad =
         torch::zeros({rows, ws.size(1)}, ws.options().dtype(layers::accumulation_type(ws)));
     if (real > 0) {
-      torch::Tensor wsb = ws.narrow(0, row, real), wtb = wt.narrow(0, row, real);
+      torch::Tensor wsb = student_used.narrow(0, row, real),
+                    wtb = teacher_used.narrow(0, row, real);
       torch::Tensor grad_real = grad.narrow(0, 0, real);
       for (int64_t start = 0; start < setup.n; start += chunk) {
         const int64_t len = std::min(chunk, setup.n - start);
@@ -418,7 +423,7 @@ void stream_student_weight_grad(const LossSetup& setup, const TokenStats& stats,
                        start, len, row);
         const torch::Tensor dz = out.to(xs.scalar_type());  // the products' type
         layers::add_transposed_product(grad_real, dz, xs_c);
-        grad_x.narrow(0, start, len).addmm_(dz, wsb);
+        layers::add_product(grad_x.narrow(0, start, len), dz, wsb);
       }
     }
     setup.sink->take_rows(row, grad);
@@ -447,8 +452,11 @@ struct HeadLogitDistillation : torch::autograd::Function<HeadLogitDistillation> 
                                torch::Tensor targets, LossSetup setup) {
     TokenStats stats =
         empty_stats(setup, targets, xs.options().dtype(layers::accumulation_type(xs)));
-    torch::Tensor student_real_weight = ws.narrow(0, 0, setup.real),
-                  teacher_real_weight = wt.narrow(0, 0, setup.real);
+    // The heads in the inputs' types (a mixed-precision student's compute copy).
+    torch::Tensor student_real_weight =
+                      layers::weight_in(ws, xs.scalar_type()).narrow(0, 0, setup.real),
+                  teacher_real_weight =
+                      layers::weight_in(wt, xt.scalar_type()).narrow(0, 0, setup.real);
     for (int64_t start = 0; start < setup.n; start += setup.chunk) {
       const int64_t len = std::min(setup.chunk, setup.n - start);
       forward_chunk(setup, stats, chunk_logits(xs.narrow(0, start, len), student_real_weight),
@@ -470,13 +478,19 @@ struct HeadLogitDistillation : torch::autograd::Function<HeadLogitDistillation> 
     auto [kd_coefficient, ce_coefficient] = coefficients(setup, w, grad_outputs[0]);
     variable_list result(7);
     if (setup.sink && setup.sink->streams() && ws.requires_grad()) {  // the weight's rows go there
-      result[0] = torch::zeros_like(xs);
+      // Summed over blocks of the vocabulary in float32 for a 16-bit input, rounded once.
+      torch::Tensor grad_x =
+          torch::zeros_like(xs, xs.options().dtype(layers::accumulation_type(xs)));
       stream_student_weight_grad(setup, stats, xs, ws, xt, wt, kd_coefficient, ce_coefficient,
-                                 result[0]);
+                                 grad_x);
+      result[0] = grad_x.to(xs.scalar_type());
       return result;
     }
-    torch::Tensor student_real_weight = ws.narrow(0, 0, setup.real),
-                  teacher_real_weight = wt.narrow(0, 0, setup.real);
+    // The heads in the inputs' types (a mixed-precision student's compute copy).
+    torch::Tensor student_real_weight =
+                      layers::weight_in(ws, xs.scalar_type()).narrow(0, 0, setup.real),
+                  teacher_real_weight =
+                      layers::weight_in(wt, xt.scalar_type()).narrow(0, 0, setup.real);
     torch::Tensor grad_x = torch::empty_like(xs);
     torch::Tensor grad_w = layers::zeroed_whole_gradient(setup.sink, ws);  // padded rows stay 0
     torch::Tensor grad_w_real = grad_w.narrow(0, 0, setup.real);
@@ -509,8 +523,11 @@ struct FusedHeadLogitDistillation : torch::autograd::Function<FusedHeadLogitDist
                                double ce_factor) {
     TokenStats stats =
         empty_stats(setup, targets, xs.options().dtype(layers::accumulation_type(xs)));
-    torch::Tensor student_real_weight = ws.narrow(0, 0, setup.real),
-                  teacher_real_weight = wt.narrow(0, 0, setup.real);
+    // The heads in the inputs' types (a mixed-precision student's compute copy).
+    torch::Tensor student_real_weight =
+                      layers::weight_in(ws, xs.scalar_type()).narrow(0, 0, setup.real),
+                  teacher_real_weight =
+                      layers::weight_in(wt, xt.scalar_type()).narrow(0, 0, setup.real);
     TORCH_CHECK(!setup.sink || !setup.sink->streams(),
                 "the fused logit loss forms the weight's gradient in forward: no streaming sink");
     const bool want_x = xs.requires_grad(), want_w = ws.requires_grad();

@@ -6,9 +6,12 @@
 
 namespace retort::layers {
 
-inline torch::ScalarType accumulation_type(const torch::Tensor& x) {
-  const torch::ScalarType type = x.scalar_type();
+inline torch::ScalarType accumulation_type(torch::ScalarType type) {
   return type == torch::kBFloat16 || type == torch::kHalf ? torch::kFloat : type;
+}
+
+inline torch::ScalarType accumulation_type(const torch::Tensor& x) {
+  return accumulation_type(x.scalar_type());
 }
 
 }  // namespace retort::layers

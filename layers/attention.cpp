@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "layers/accumulation_type.h"
 #include "layers/blocked_attention.h"
 #include "layers/functional.h"
 #include "layers/fused_ops.h"
@@ -39,22 +40,25 @@ torch::Tensor Attention::forward(const torch::Tensor& x, const torch::Tensor& ro
   auto heads = [&](const torch::Tensor& y) {
     return y.view({b, s, -1, head_dim_}).transpose(1, 2);  // [b, local heads, s, d]
   };
+  // One product by [W_q; W_k; W_v]; fused, q and k are rotated in place inside it.
+  const int64_t q_width = q_->local_weight().size(0), kv_width = k_->local_weight().size(0);
+  torch::Tensor qkv = packed_column_forward({&*q_, &*k_, &*v_}, x);
   torch::Tensor q, k, v;
-  if (fused_block_parts(kernels,
-                        x)) {  // one product by [W_q; W_k; W_v], q and k rotated in place inside it
-    const int64_t q_width = q_->local_weight().size(0), kv_width = k_->local_weight().size(0);
-    torch::Tensor qkv = packed_column_forward({&*q_, &*k_, &*v_}, x);
+  if (fused_block_parts(kernels, x)) {
     qkv = fused_rope_(qkv, rope_cos, rope_sin, (q_width + kv_width) / head_dim_);
     q = heads(qkv.narrow(-1, 0, q_width));
     k = heads(qkv.narrow(-1, q_width, kv_width));
-    v = heads(qkv.narrow(-1, q_width + kv_width, kv_width));
   } else {
-    q = apply_rope(heads(q_->forward(x)), rope_cos, rope_sin);
-    k = apply_rope(heads(k_->forward(x)), rope_cos, rope_sin);
-    v = heads(v_->forward(x));
+    q = apply_rope(heads(qkv.narrow(-1, 0, q_width)), rope_cos, rope_sin);
+    k = apply_rope(heads(qkv.narrow(-1, q_width, kv_width)), rope_cos, rope_sin);
   }
+  v = heads(qkv.narrow(-1, q_width + kv_width, kv_width));
   const int64_t block_rows = kernels.attention_block_rows, window = window_;
-  auto attend = [mask, block_rows, window](const std::vector<torch::Tensor>& in) {
+  // 16-bit tensors go to ATen's scaled-dot-product attention, whose kernel takes the softmax in
+  // float32 (the blocked and dense cores here would take it in the tensors' type).
+  const bool library = accumulation_type(x) != x.scalar_type();
+  auto attend = [mask, block_rows, window, library](const std::vector<torch::Tensor>& in) {
+    if (library) return std::vector<torch::Tensor>{library_attention(in[0], in[1], in[2], window)};
     if (block_rows > 0)
       return std::vector<torch::Tensor>{blocked_attention(in[0], in[1], in[2], window, block_rows)};
     return std::vector<torch::Tensor>{grouped_attention(in[0], in[1], in[2], mask)};

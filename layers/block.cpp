@@ -1,6 +1,7 @@
 // layers/block.cpp: see block.h.
 #include "layers/block.h"
 
+#include "layers/accumulation_type.h"
 #include "layers/functional.h"
 #include "layers/fused_ops.h"
 #include "layers/kernel_route.h"
@@ -31,8 +32,11 @@ BlockContext make_block_context(const ModelConfig& config, int64_t seq_len,
                                 torch::TensorOptions options, const KernelPolicy& kernels) {
   BlockContext c;
   c.kernels = kernels;
+  // The tables in float32 for 16-bit activations (apply_rope rotates in the tables' type).
+  const torch::TensorOptions table_options =
+      options.dtype(accumulation_type(torch::typeMetaToScalarType(options.dtype())));
   std::tie(c.rope_cos, c.rope_sin) =
-      rope_tables(seq_len, config.head_dim(), config.rope_theta, 0, options);
+      rope_tables(seq_len, config.head_dim(), config.rope_theta, 0, table_options);
   if (kernels.attention_block_rows > 0) return c;  // the blocked attention masks per block
   c.mask_full = attention_mask(seq_len, seq_len, 0, 0, options);
   for (int64_t layer = 0; layer < config.layers; ++layer) {

@@ -3,6 +3,8 @@
 
 #include <cmath>
 
+#include "layers/compute_copy.h"
+
 namespace retort::layers {
 
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
@@ -10,7 +12,7 @@ torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, doub
   const auto compute = x.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
   torch::Tensor xc = x.to(compute);
   torch::Tensor inv = torch::rsqrt(xc.pow(2).mean(-1, /*keepdim=*/true) + eps);
-  return (xc * inv).to(x.scalar_type()) * weight;
+  return (xc * inv).to(x.scalar_type()) * in_type_of(weight, x);
 }
 
 std::pair<torch::Tensor, torch::Tensor> rope_tables(int64_t seq_len, int64_t head_dim, double theta,
@@ -28,7 +30,9 @@ torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos,
                          const torch::Tensor& sin) {
   const int64_t half = x.size(-1) / 2;
   torch::Tensor rotated = torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
-  return x * cos + rotated * sin;
+  if (cos.scalar_type() == x.scalar_type()) return x * cos + rotated * sin;
+  // 16-bit activations rotate by float32 tables in float32 and are rounded once.
+  return (x.to(cos.scalar_type()) * cos + rotated.to(cos.scalar_type()) * sin).to(x.scalar_type());
 }
 
 torch::Tensor attention_mask(int64_t q_len, int64_t k_len, int64_t q_offset, int64_t window,
@@ -52,6 +56,19 @@ torch::Tensor grouped_attention(const torch::Tensor& q, const torch::Tensor& k,
   scores = scores.view({b, kv_heads, group, s, k.size(2)}) + mask;
   torch::Tensor probs = torch::softmax(scores, -1).view({b, kv_heads, group * s, k.size(2)});
   return torch::matmul(probs, v).view({b, heads, s, d});
+}
+
+torch::Tensor library_attention(const torch::Tensor& q, const torch::Tensor& k,
+                                const torch::Tensor& v, int64_t window) {
+  const int64_t s = q.size(2);
+  if (window <= 0 || window >= s)
+    return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt,
+                                            /*enable_gqa=*/true);
+  const auto positions = torch::arange(s, q.options().dtype(torch::kLong));
+  const torch::Tensor distance = positions.unsqueeze(1) - positions.unsqueeze(0);  // i - j
+  const torch::Tensor visible = distance.ge(0) & distance.lt(window);
+  return at::scaled_dot_product_attention(q, k, v, visible, 0.0, /*is_causal=*/false, std::nullopt,
+                                          /*enable_gqa=*/true);
 }
 
 }  // namespace retort::layers

@@ -27,4 +27,10 @@ torch::Tensor attention_mask(int64_t q_len, int64_t k_len, int64_t q_offset, int
 torch::Tensor grouped_attention(const torch::Tensor& q, const torch::Tensor& k,
                                 const torch::Tensor& v, const torch::Tensor& mask);
 
+// The same attention, causal over one whole sequence (query i at position i) and limited to
+// `window` keys when window > 0, by ATen's scaled-dot-product attention (grouped heads as
+// above). Its CPU kernel keeps the scores, softmax and sums in float32 for 16-bit tensors.
+torch::Tensor library_attention(const torch::Tensor& q, const torch::Tensor& k,
+                                const torch::Tensor& v, int64_t window);
+
 }  // namespace retort::layers

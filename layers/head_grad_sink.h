@@ -55,6 +55,14 @@ inline void add_transposed_product(torch::Tensor& grad, const torch::Tensor& a,
     grad.add_(torch::mm(a.t(), b));
 }
 
+// sum += a b, summed in sum's type (as above).
+inline void add_product(torch::Tensor sum, const torch::Tensor& a, const torch::Tensor& b) {
+  if (sum.scalar_type() == a.scalar_type())
+    sum.addmm_(a, b);
+  else
+    sum.add_(torch::mm(a, b));
+}
+
 // The head weight's whole gradient, formed in forward and scaled in backward: to a sink that
 // takes it whole (then autograd gets none: the undefined tensor returned), else returned for
 // autograd.

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "kernels/tile_gemm.h"
+#include "layers/compute_copy.h"
 #include "layers/grad_destinations.h"
 #include "layers/kernel_route.h"
 
@@ -60,10 +61,18 @@ std::vector<int64_t> with_last(const torch::Tensor& x, int64_t last) {
 
 }  // namespace
 
+void product_into(torch::Tensor& out, const torch::Tensor& a, const torch::Tensor& b) {
+  if (out.scalar_type() == a.scalar_type())
+    at::mm_out(out, a, b);
+  else  // a 16-bit product (the CPU has no mixed-type one) rounded once into a wider gradient
+    out.copy_(torch::mm(a, b));
+}
+
 // bench_products' rows against MKL (the header says where): ahead or level from 64 to 256
 // rows where A is at most 256 x 1536; behind at 1024 rows. Fewer than 64 rows were not
 // measured and stay with the BLAS.
-torch::Tensor product_by_transposed(const torch::Tensor& x, const torch::Tensor& w) {
+torch::Tensor product_by_transposed(const torch::Tensor& x, const torch::Tensor& weight) {
+  const torch::Tensor w = weight_in(weight, x.scalar_type());
   const torch::Tensor x2d = x.reshape({-1, x.size(-1)});
   if (!use_tile(x2d, w)) return torch::matmul(x, w.t());
   // B = W^T: element (p, c) is W[c][p].
@@ -72,7 +81,8 @@ torch::Tensor product_by_transposed(const torch::Tensor& x, const torch::Tensor&
                       w.size(0), with_last(x, w.size(0)));
 }
 
-torch::Tensor product_by(const torch::Tensor& dy, const torch::Tensor& w) {
+torch::Tensor product_by(const torch::Tensor& dy, const torch::Tensor& weight) {
+  const torch::Tensor w = weight_in(weight, dy.scalar_type());
   const torch::Tensor dy2d = dy.reshape({-1, dy.size(-1)});
   if (!use_tile(dy2d, w)) return torch::matmul(dy, w);
   const torch::Tensor w_data = w.detach();
@@ -80,7 +90,8 @@ torch::Tensor product_by(const torch::Tensor& dy, const torch::Tensor& w) {
                       w.size(1), with_last(dy, w.size(1)));
 }
 
-void product_by_out(torch::Tensor& out, const torch::Tensor& dy, const torch::Tensor& w) {
+void product_by_out(torch::Tensor& out, const torch::Tensor& dy, const torch::Tensor& weight) {
+  const torch::Tensor w = weight_in(weight, dy.scalar_type());
   if (out.is_contiguous() && out.dim() == 2 && dy.dim() == 2 && use_tile(dy, w))
     out.copy_(product_by(dy, w));
   else
@@ -89,26 +100,29 @@ void product_by_out(torch::Tensor& out, const torch::Tensor& dy, const torch::Te
 
 torch::Tensor LinearProduct::forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
                                      const torch::Tensor& w) {
-  ctx->save_for_backward({x, w});
-  return product_by_transposed(x, w);
+  // The weight as the product used it (its compute copy under mixed precision), for dx, and
+  // the weight itself, whose gradient is wanted.
+  const torch::Tensor used = weight_in(w, x.scalar_type());
+  ctx->save_for_backward({x, w, used});
+  return product_by_transposed(x, used);
 }
 
 torch::autograd::variable_list LinearProduct::backward(torch::autograd::AutogradContext* ctx,
                                                        torch::autograd::variable_list grads) {
   const torch::autograd::variable_list saved = ctx->get_saved_variables();
-  const torch::Tensor &x = saved[0], &w = saved[1];
+  const torch::Tensor &x = saved[0], &w = saved[1], &used = saved[2];
   const torch::Tensor& dy = grads[0];
   torch::Tensor dx, dw;
-  if (ctx->needs_input_grad(0)) dx = product_by(dy, w);
+  if (ctx->needs_input_grad(0)) dx = product_by(dy, used);
   if (ctx->needs_input_grad(1)) {
     const torch::Tensor dy_t = dy.reshape({-1, dy.size(-1)}).t(), x2d = x.reshape({-1, x.size(-1)});
     dw = take_grad_destination(w);  // memory where the gradient is wanted, if offered
     if (dw.defined())
-      at::mm_out(dw, dy_t, x2d);
+      product_into(dw, dy_t, x2d);
     else
-      dw = torch::matmul(dy_t, x2d);
+      dw = torch::matmul(dy_t, x2d);  // in the activations' type; autograd casts it to w's
   }
-  return {dx, dw};
+  return {dx, dw, torch::Tensor()};
 }
 
 }  // namespace retort::layers

@@ -1,7 +1,9 @@
 // layers/linear_products.h: the linear layers' two weight products, forward y = x W^T and input
-// gradient dx = dy W, each run by our AVX-512 tile loops (kernels/tile_gemm.h) where those beat
-// the BLAS and by torch::matmul elsewhere, and LinearProduct, the autograd function of
-// y = x W^T that uses them (its weight gradient dW = dy^T x stays with the BLAS).
+// gradient dx = dy W, each run in the activations' type (the weight's compute copy,
+// layers/compute_copy.h, when the weight is wider), each by our AVX-512 tile loops
+// (kernels/tile_gemm.h) where those beat the BLAS and by torch::matmul elsewhere, and
+// LinearProduct, the autograd function of y = x W^T that uses them (its weight gradient dW = dy^T x
+// stays with the BLAS).
 //
 // Why: the tile loops read the activations in place and pack only the weight, one 32-column
 // panel at a time, straight into the output. Against the wheel's MKL, bench_products
@@ -23,6 +25,9 @@ torch::Tensor product_by(const torch::Tensor& dy, const torch::Tensor& w);
 // out = dy W for 2-D dy, written into `out` [rows, in] (a contiguous row range is fine): the
 // LM head's input gradient, chunk of tokens by chunk.
 void product_by_out(torch::Tensor& out, const torch::Tensor& dy, const torch::Tensor& w);
+
+// out = a b, formed in a and b's type and stored in out's (a float32 gradient of a bf16 product).
+void product_into(torch::Tensor& out, const torch::Tensor& a, const torch::Tensor& b);
 
 // y = x W^T as an autograd function: backward forms dx by product_by and, when the weight
 // needs a gradient, dW = dy^T x by the BLAS. Saves x and W (no copies).

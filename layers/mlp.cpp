@@ -19,19 +19,19 @@ SwiGluMlp::SwiGluMlp(const ModelConfig& c, const std::string& p, ParameterStore&
 
 torch::Tensor SwiGluMlp::forward(const torch::Tensor& x, const RecomputePolicy& recompute,
                                  const KernelPolicy& kernels) const {
-  // Fused: one product by [W_gate; W_up] and the SwiGLU on its packed output. Selective
-  // checkpointing keeps the product's output (gate and up) and recomputes the SwiGLU.
-  std::vector<torch::Tensor> kept;
+  // One product by [W_gate; W_up]; the SwiGLU on its packed output, by our loop when fused.
+  // Selective checkpointing keeps the product's output (gate and up) and recomputes the SwiGLU.
+  const std::vector<torch::Tensor> kept{packed_column_forward({&*gate_, &*up_}, x)};
   RecomputeFn product;
   if (fused_block_parts(kernels, x)) {
-    kept = {packed_column_forward({&*gate_, &*up_}, x)};
     product = [](const std::vector<torch::Tensor>& in) {
       return std::vector<torch::Tensor>{fused_swiglu_packed(in[0])};
     };
   } else {
-    kept = {gate_->forward(x), up_->forward(x)};
     product = [](const std::vector<torch::Tensor>& in) {
-      return std::vector<torch::Tensor>{torch::silu(in[0]) * in[1]};
+      const int64_t width = in[0].size(-1) / 2;
+      return std::vector<torch::Tensor>{torch::silu(in[0].narrow(-1, 0, width)) *
+                                        in[0].narrow(-1, width, width)};
     };
   }
   if (!recompute.active(Checkpointing::selective)) return down_->forward(product(kept)[0]);

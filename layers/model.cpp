@@ -1,6 +1,8 @@
 // layers/model.cpp: see model.h.
 #include "layers/model.h"
 
+#include "layers/accumulation_type.h"
+#include "layers/compute_copy.h"
 #include "layers/functional.h"
 #include "layers/fused_ops.h"
 #include "layers/kernel_route.h"
@@ -48,7 +50,7 @@ torch::Tensor LlamaModel::embed(const torch::Tensor& tokens) const {
   TORCH_CHECK(tokens.dim() == 2, "tokens must be [batch, seq]");
   // Tied on this stage: the head's dense gradient arrives first and the lookup's rows add in.
   const bool tied_here = config_.tied_embeddings && stage_.head;
-  return vocab_parallel_embedding(tokens, embed_, tp_, /*sparse_grad=*/tied_here);
+  return vocab_parallel_embedding(tokens, embed_, tp_, /*sparse_grad=*/tied_here, compute_type_);
 }
 
 torch::Tensor LlamaModel::run_blocks(torch::Tensor x, int64_t seq_len, CaptureSink* sink) const {
@@ -69,7 +71,8 @@ torch::Tensor LlamaModel::head_input(const torch::Tensor& hidden) const {
 }
 
 torch::Tensor LlamaModel::unmasked_logits(const torch::Tensor& hidden) const {
-  return torch::matmul(head_input(hidden), lm_head_.t());
+  const torch::Tensor input = head_input(hidden);
+  return torch::matmul(input, in_type_of(lm_head_, input).t());
 }
 
 torch::Tensor LlamaModel::head_logits(const torch::Tensor& hidden) const {
@@ -107,8 +110,8 @@ torch::Tensor LlamaModel::forward_cached(const torch::Tensor& tokens, KvCache& c
   torch::Tensor x = embed(tokens);
   BlockContext context;
   context.kernels.attention_block_rows = 0;  // dense masks over the cached positions
-  std::tie(context.rope_cos, context.rope_sin) =
-      rope_tables(n, config_.head_dim(), config_.rope_theta, position, x.options());
+  std::tie(context.rope_cos, context.rope_sin) = rope_tables(
+      n, config_.head_dim(), config_.rope_theta, position, x.options().dtype(accumulation_type(x)));
   context.mask_full = attention_mask(n, position + n, position, 0, x.options());
   for (int64_t layer = 0; layer < config_.layers; ++layer) {
     const int64_t w = config_.window_of_layer(layer);
@@ -118,8 +121,9 @@ torch::Tensor LlamaModel::forward_cached(const torch::Tensor& tokens, KvCache& c
   for (const Block& block : blocks_) x = block.forward_cached(x, context, cache, position);
   cache.length = position + n;
   torch::Tensor normed = rms_norm(x, final_norm_, config_.norm_eps);
-  return mask_padded_logits(torch::matmul(tp_.enter_column(normed), lm_head_.t()),
-                            config_.vocab_size, tp_);
+  return mask_padded_logits(
+      torch::matmul(tp_.enter_column(normed), in_type_of(lm_head_, normed).t()), config_.vocab_size,
+      tp_);
 }
 
 int64_t count_targets(const torch::Tensor& targets) {

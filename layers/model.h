@@ -11,6 +11,7 @@
 #pragma once
 #include <torch/torch.h>
 
+#include <optional>
 #include <vector>
 
 #include "layers/block.h"
@@ -72,6 +73,10 @@ class LlamaModel {
   void set_recompute(const RecomputePolicy& policy) { recompute_ = policy; }
   const RecomputePolicy& recompute() const { return recompute_; }
   void set_kernels(const KernelPolicy& kernels) { kernels_ = kernels; }
+  // The type the activations and products run in (bfloat16 under mixed precision, with the
+  // parameters float32 main weights: layers/compute_copy.h); default the parameters' own.
+  void set_compute_type(torch::ScalarType type) { compute_type_ = type; }
+  std::optional<torch::ScalarType> compute_type() const { return compute_type_; }
   const KernelPolicy& kernels() const { return kernels_; }
   // Tokens per chunk of the fused LM head + cross-entropy of head_loss_sum; 0 = unfused
   // (full logits, then the vocabulary-parallel cross-entropy).
@@ -87,6 +92,7 @@ class LlamaModel {
   RecomputePolicy recompute_;
   KernelPolicy kernels_;
   int64_t head_chunk_tokens_ = 256;
+  std::optional<torch::ScalarType> compute_type_;
   torch::Tensor embed_, final_norm_, lm_head_;
   std::vector<Block> blocks_;
 };

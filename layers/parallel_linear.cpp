@@ -1,6 +1,7 @@
 // layers/parallel_linear.cpp: see parallel_linear.h.
 #include "layers/parallel_linear.h"
 
+#include "layers/compute_copy.h"
 #include "layers/grad_destinations.h"
 #include "layers/linear_products.h"
 
@@ -58,7 +59,7 @@ torch::Tensor ColumnParallelLinear::local_bias() const {
 
 torch::Tensor ColumnParallelLinear::forward(const torch::Tensor& x) const {
   torch::Tensor y = LinearProduct::apply(x, local_weight());
-  if (bias_.defined()) y = y + local_bias();
+  if (bias_.defined()) y = y + in_type_of(local_bias(), y);
   return y;
 }
 
@@ -73,18 +74,22 @@ using torch::autograd::variable_list;
 // backward.
 struct PackedProduct : torch::autograd::Function<PackedProduct> {
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, at::TensorList weights) {
-    variable_list saved{x};
+    // The stack as the product used it: a view of adjacent weights, a copy of scattered ones,
+    // or under mixed precision their cached compute copy (layers/compute_copy.h).
+    const torch::Tensor used = stacked_weights_in(weights, x.scalar_type());
+    const bool copied = used.scalar_type() != weights[0].scalar_type();
+    variable_list saved{x, copied ? used : torch::Tensor()};
     saved.insert(saved.end(), weights.begin(), weights.end());
     ctx->save_for_backward(saved);
-    return product_by_transposed(x, stacked_rows(weights));
+    return product_by_transposed(x, used);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list saved = ctx->get_saved_variables();
     const torch::Tensor& x = saved[0];
-    const std::vector<torch::Tensor> weights(saved.begin() + 1, saved.end());
+    const std::vector<torch::Tensor> weights(saved.begin() + 2, saved.end());
     const torch::Tensor dy = grads[0];
-    torch::Tensor dx = product_by(dy, stacked_rows(weights));
+    torch::Tensor dx = product_by(dy, saved[1].defined() ? saved[1] : stacked_rows(weights));
     const int64_t in = x.size(-1), out = dy.size(-1);
     const torch::Tensor dy_t = dy.reshape({-1, out}).t(), x2d = x.reshape({-1, in});
     variable_list result{dx};
@@ -93,11 +98,11 @@ struct PackedProduct : torch::autograd::Function<PackedProduct> {
     std::vector<torch::Tensor> destinations = take_stacked_grad_destinations(weights);
     if (!destinations.empty()) {
       torch::Tensor stacked = destinations[0].as_strided({out, in}, {in, 1});
-      at::mm_out(stacked, dy_t, x2d);
+      product_into(stacked, dy_t, x2d);
       result.insert(result.end(), destinations.begin(), destinations.end());
       return result;
     }
-    torch::Tensor dw = torch::matmul(dy_t, x2d);
+    torch::Tensor dw = torch::matmul(dy_t, x2d);  // autograd casts each part to its weight's type
     int64_t row = 0;
     for (const torch::Tensor& w : weights) {
       result.push_back(dw.narrow(0, row, w.size(0)));
@@ -157,7 +162,7 @@ torch::Tensor packed_column_forward(const std::vector<const ColumnParallelLinear
   torch::Tensor y = PackedProduct::apply(x, at::TensorList(weights));
   if (biases.empty()) return y;
   TORCH_CHECK(biases.size() == parts.size(), "packed_column_forward: bias on some parts only");
-  return y + torch::cat(biases);
+  return y + in_type_of(torch::cat(biases), y);
 }
 
 RowParallelLinear::RowParallelLinear(const LinearSpec& spec, ParameterStore& store,
@@ -175,7 +180,7 @@ RowParallelLinear::RowParallelLinear(const LinearSpec& spec, ParameterStore& sto
 
 torch::Tensor RowParallelLinear::forward(const torch::Tensor& x) const {
   torch::Tensor y = tp_.exit_row(LinearProduct::apply(x, weight_));
-  return bias_.defined() ? y + bias_ : y;
+  return bias_.defined() ? y + in_type_of(bias_, y) : y;
 }
 
 }  // namespace retort::layers

@@ -10,6 +10,7 @@
 #include "common/saved_object.h"
 #include "kernels/row_loops.h"
 #include "layers/accumulation_type.h"
+#include "layers/compute_copy.h"
 #include "layers/kernel_route.h"
 #include "layers/linear_products.h"
 
@@ -176,8 +177,10 @@ FusedHeadResult fused_head_forward(const torch::Tensor& x2d, const torch::Tensor
     z.div_(sum_exp.unsqueeze(-1)).mul_(keep.unsqueeze(-1));
     z.scatter_add_(1, local_index.unsqueeze(1),
                    (-keep * (in_range & tc.ne(kIgnore)).to(z.dtype())).unsqueeze(1));
-    z = z.to(weight.scalar_type());  // the products run in the weights' type
-    if (want_x) result.grad_x.narrow(0, start, len).copy_(torch::matmul(z, weight));
+    z = z.to(x2d.scalar_type());  // the products run in the activations' type
+    if (want_x)
+      result.grad_x.narrow(0, start, len)
+          .copy_(torch::matmul(z, weight_in(weight, z.scalar_type())));
     if (want_weight) add_transposed_product(result.grad_weight, z, xc);
   }
   return result;
@@ -242,9 +245,11 @@ struct StreamedHeadCrossEntropy : torch::autograd::Function<StreamedHeadCrossEnt
     const int64_t n = x2d.size(0), local = weight.size(0);
     const int64_t block = std::max<int64_t>(1, sink->block_rows(local));
     torch::Tensor keep = t.ne(kIgnore).to(accumulation_type(x2d));
+    // The weight as the forward multiplied by it, taken before the sink steps any row.
+    const torch::Tensor used = weight_in(weight, x2d.scalar_type());
     for (int64_t row = 0; row < local; row += block) {
       const int64_t rows = std::min(block, local - row), first_id = vocab_start + row;
-      torch::Tensor w = weight.narrow(0, row, rows);
+      torch::Tensor w = used.narrow(0, row, rows);
       torch::Tensor padded = torch::arange(first_id, first_id + rows, t.options()) >= vocab_size;
       const bool any_padded = first_id + rows > vocab_size;
       torch::Tensor grad =
@@ -283,7 +288,7 @@ struct StreamedHeadCrossEntropy : torch::autograd::Function<StreamedHeadCrossEnt
         torch::Tensor index = torch::where(in_block, tc - first_id, torch::zeros_like(tc));
         z.scatter_add_(1, index.unsqueeze(1),
                        (-kc * (in_block & tc.ne(kIgnore)).to(z.dtype())).unsqueeze(1));
-        add_transposed_product(grad, z.to(weight.scalar_type()), xc);
+        add_transposed_product(grad, z.to(x2d.scalar_type()), xc);
       }
       sink->take_rows(row, grad.mul_(g));
     }
@@ -343,17 +348,22 @@ torch::Tensor fused_head_cross_entropy_sum(const torch::Tensor& x, const torch::
 }
 
 torch::Tensor vocab_parallel_embedding(const torch::Tensor& tokens, const torch::Tensor& weight,
-                                       const TensorParallel& tp, bool sparse_grad) {
+                                       const TensorParallel& tp, bool sparse_grad,
+                                       std::optional<torch::ScalarType> type) {
   auto lookup = [&](const torch::Tensor& index) {
-    if (sparse_grad && weight.requires_grad() && torch::GradMode::is_enabled())
-      return SparseRowLookup::apply(weight, index);
-    return torch::embedding(weight, index, /*padding_idx=*/-1, /*scale_grad_by_freq=*/false, false);
+    torch::Tensor rows = sparse_grad && weight.requires_grad() && torch::GradMode::is_enabled()
+                             ? SparseRowLookup::apply(weight, index)
+                             : torch::embedding(weight, index, /*padding_idx=*/-1,
+                                                /*scale_grad_by_freq=*/false, false);
+    // Only the rows looked up are cast (their gradient returns in the weight's type).
+    return type && *type != rows.scalar_type() ? rows.to(*type) : rows;
   };
   if (tp.size() == 1) return lookup(tokens);
   const int64_t local = weight.size(0), start = tp.rank() * local;
   torch::Tensor in_range = (tokens >= start) & (tokens < start + local);
   torch::Tensor index = torch::where(in_range, tokens - start, torch::zeros_like(tokens));
-  torch::Tensor partial = lookup(index) * in_range.unsqueeze(-1).to(weight.dtype());
+  torch::Tensor rows = lookup(index);
+  torch::Tensor partial = rows * in_range.unsqueeze(-1).to(rows.scalar_type());
   return tp.exit_row(partial);
 }
 

@@ -6,6 +6,8 @@
 #pragma once
 #include <torch/torch.h>
 
+#include <optional>
+
 #include "layers/head_grad_sink.h"
 #include "layers/tensor_parallel.h"
 
@@ -14,8 +16,10 @@ namespace retort::layers {
 // tokens [b, s] -> [b, s, h] (TP) or [b, s/tp, h] (STP). sparse_grad: the weight's gradient
 // is row-sparse (only when another use of the weight, the tied LM head, gives it a dense
 // gradient to add into: [vocab, h] then exists once, not three times, at the end of backward).
+// type: the rows are cast to it (the compute type under mixed precision); default the weight's.
 torch::Tensor vocab_parallel_embedding(const torch::Tensor& tokens, const torch::Tensor& weight,
-                                       const TensorParallel& tp, bool sparse_grad = false);
+                                       const TensorParallel& tp, bool sparse_grad = false,
+                                       std::optional<torch::ScalarType> type = std::nullopt);
 
 // logits [..., local_vocab] on each rank, targets [...] with kIgnoreIndex for padding.
 // Returns the per-token loss [...] (0 where ignored), identical on every TP rank.

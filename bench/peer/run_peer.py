@@ -10,8 +10,12 @@ Each round runs every program under every environment setting, the programs' ord
 by round, so each cell samples the same phases of this machine; the table holds the best
 tokens/s of the rounds, and each program's ratio to Retort 2.11 per round and their median.
 
+With --precision bf16 the programs are Retort in bf16 (model.dtype=bfloat16, the one the others
+are compared with), Retort in fp32, PyTorch eager under bf16 autocast and torch.compile under
+bf16 autocast.
+
 Usage: tools/python bench/peer/run_peer.py [--build build] [--retort-113 PATH] [--rounds 2]
-         [--steps 5] [--threads 2] [--settings defaults,best | all]"""
+         [--steps 5] [--threads 2] [--settings defaults,best | all] [--precision fp32 | bf16]"""
 import argparse
 import json
 import os
@@ -98,6 +102,7 @@ def main():
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--settings", default="defaults,best", choices=["defaults,best", "all"])
+    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     a = p.parse_args()
     retort_args = [str(a.steps), str(a.threads)] + MODEL_KEYS
     torch_loop = [sys.executable, os.path.join(HERE, "torch_llama.py"), "--steps", str(a.steps),
@@ -106,9 +111,15 @@ def main():
                  retort_args)]
     if a.retort_113:
         programs.append(("Retort, libtorch 1.13", [a.retort_113] + retort_args))
-    programs += [("PyTorch 2.11 eager fp32", torch_loop + ["eager"]),
-                 ("PyTorch 2.11 eager bf16 autocast", torch_loop + ["bf16"]),
-                 ("PyTorch 2.11 torch.compile fp32", torch_loop + ["compiled"])]
+    if a.precision == "bf16":
+        programs = [("Retort bf16", programs[0][1] + ["model.dtype=bfloat16"]),
+                    ("Retort fp32", programs[0][1]),
+                    ("PyTorch 2.11 eager bf16 autocast", torch_loop + ["bf16"]),
+                    ("PyTorch 2.11 torch.compile bf16 autocast", torch_loop + ["compiled_bf16"])]
+    else:
+        programs += [("PyTorch 2.11 eager fp32", torch_loop + ["eager"]),
+                     ("PyTorch 2.11 eager bf16 autocast", torch_loop + ["bf16"]),
+                     ("PyTorch 2.11 torch.compile fp32", torch_loop + ["compiled"])]
     settings = SETTINGS if a.settings == "all" else [s for s in SETTINGS if s[0] in SHORT_LIST]
 
     results = {(s, name): [] for s, _ in settings for name, _ in programs}

@@ -5,7 +5,8 @@ on random tokens, in one of three modes:
   eager     fp32, eager;
   bf16      the same under torch.autocast(device_type="cpu", dtype=torch.bfloat16);
   compiled  fp32, the model through torch.compile (Inductor's C++ code for the CPU; the
-            warm-up step pays the compilation).
+            warm-up step pays the compilation);
+  compiled_bf16  the compiled model under the same bf16 autocast.
 Prints one JSON line: {"tokens_per_s": ..., "step_s": ..., "threads": ..., "mode": ...}. Run
 with tools/python (torch 2.11) by bench/peer/run_peer.py; the threads and allocator settings
 come from its command line and environment."""
@@ -102,15 +103,16 @@ def main():
                           ("ffn", 1536), ("vocab", 32000), ("seq", 256), ("batch", 4),
                           ("steps", 5), ("threads", 2)]:
         p.add_argument("--" + name, type=int, default=default)
-    p.add_argument("--mode", choices=["eager", "bf16", "compiled"], default="eager")
+    p.add_argument("--mode", choices=["eager", "bf16", "compiled", "compiled_bf16"],
+                   default="eager")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     model = Llama(a)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
-    forward = torch.compile(model) if a.mode == "compiled" else model
+    forward = torch.compile(model) if a.mode.startswith("compiled") else model
     autocast = torch.autocast(device_type="cpu", dtype=torch.bfloat16,
-                              enabled=a.mode == "bf16")
+                              enabled=a.mode in ("bf16", "compiled_bf16"))
     g = torch.Generator().manual_seed(1)
 
     def step():

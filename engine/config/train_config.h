@@ -22,7 +22,7 @@
 
 namespace retort::engine {
 
-RETORT_NAMED_ENUM(DType, float32, float64)
+RETORT_NAMED_ENUM(DType, float32, float64, bfloat16)
 RETORT_NAMED_ENUM(Device, cpu, cuda)
 RETORT_NAMED_ENUM(KernelChoice, automatic, aten)
 
@@ -135,7 +135,8 @@ struct LoggingConfig {
 #define RETORT_RUN_KEYS(KEY)                                                                     \
   KEY(std::string, run_dir, "run.dir", "runs/default", 0, 0, "where checkpoints and metrics go") \
   KEY(int64_t, seed, "seed", 1234, 0, 9.2e18, "seed for initialisation and data order")          \
-  KEY(DType, dtype, "model.dtype", DType::float32, 0, 0, "parameter and compute dtype")
+  KEY(DType, dtype, "model.dtype", DType::float32, 0, 0,                                         \
+      "compute dtype; bfloat16: float32 main weights, gradients and optimizer state")
 
 struct TrainConfig {
   RETORT_RUN_KEYS(RETORT_FIELD)

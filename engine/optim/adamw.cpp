@@ -1,6 +1,8 @@
 // engine/optim/adamw.cpp: see adamw.h.
 #include "engine/optim/adamw.h"
 
+#include <torch/csrc/autograd/variable.h>
+
 #include <cmath>
 
 namespace retort::engine {
@@ -78,6 +80,10 @@ void AdamW::update(const layers::Parameter& p, const torch::Tensor& value,
   at::_fused_adamw_({value}, {grad.contiguous()}, {m}, {v}, {}, {step}, lr * p.spec.lr_scale,
                     config_.beta1, config_.beta2, decay ? config_.weight_decay : 0.0, config_.eps,
                     /*amsgrad=*/false, /*maximize=*/false);
+  // The fused kernel writes in place without counting it in the version counter: count it, so
+  // what depends on the values sees the change (a mixed-precision compute copy is cast again,
+  // layers/compute_copy.h; autograd's saved-tensor check sees a stepped weight).
+  torch::autograd::impl::bump_version(value);
 }
 
 void AdamW::step(double lr) {

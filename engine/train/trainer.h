@@ -101,7 +101,8 @@ class Trainer {
   std::unique_ptr<parallel::Mesh> own_mesh_;  // single process only
   parallel::Mesh& mesh_;
   layers::TensorParallel tp_;
-  torch::ScalarType dtype_;
+  torch::ScalarType dtype_;          // the parameters' (main weights under bf16)
+  torch::ScalarType compute_dtype_;  // the activations' and products'; the teacher's weights
   std::unique_ptr<layers::ParameterStore> store_;
   std::unique_ptr<layers::LlamaModel> model_;
   std::unique_ptr<AdamW> optimizer_;

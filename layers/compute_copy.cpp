@@ -1,0 +1,117 @@
+// layers/compute_copy.cpp: see compute_copy.h.
+#include "layers/compute_copy.h"
+
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "layers/parallel_linear.h"
+
+namespace retort::layers {
+namespace {
+
+// What a copy was cast from, one entry per weight: enough to see that any of them changed.
+struct Source {
+  c10::weak_intrusive_ptr<c10::StorageImpl> storage;  // held weakly: its address is not reused
+  uint32_t version = 0;
+};
+
+struct Copy {
+  std::vector<Source> sources;
+  torch::Tensor value;
+};
+
+// The weights' places (address, shape, strides) and the copy's type.
+using Key = std::vector<int64_t>;
+
+struct Cache {
+  std::mutex mutex;
+  std::map<Key, Copy> copies;
+};
+
+Cache& cache() {
+  static Cache instance;
+  return instance;
+}
+
+Key key_of(at::TensorList weights, torch::ScalarType type) {
+  Key key{int64_t(type)};
+  for (const torch::Tensor& w : weights) {
+    key.push_back(reinterpret_cast<int64_t>(w.data_ptr()));
+    key.push_back(w.dim());
+    key.insert(key.end(), w.sizes().begin(), w.sizes().end());
+    key.insert(key.end(), w.strides().begin(), w.strides().end());
+  }
+  return key;
+}
+
+bool still_valid(const Copy& copy, at::TensorList weights) {
+  for (size_t i = 0; i < weights.size(); ++i) {
+    const Source& source = copy.sources[i];
+    if (source.storage.expired() ||
+        source.storage._unsafe_get_target() != weights[i].storage().unsafeGetStorageImpl() ||
+        source.version != weights[i]._version())
+      return false;
+  }
+  return true;
+}
+
+// Copies of weights that no longer exist.
+void drop_expired(Cache& c) {
+  for (auto it = c.copies.begin(); it != c.copies.end();) {
+    bool expired = false;
+    for (const Source& source : it->second.sources) expired = expired || source.storage.expired();
+    it = expired ? c.copies.erase(it) : std::next(it);
+  }
+}
+
+torch::Tensor cached_copy(at::TensorList weights, torch::ScalarType type) {
+  Cache& c = cache();
+  const Key key = key_of(weights, type);
+  std::lock_guard<std::mutex> lock(c.mutex);
+  auto it = c.copies.find(key);
+  if (it != c.copies.end() && still_valid(it->second, weights)) return it->second.value;
+  Copy copy;
+  for (const torch::Tensor& w : weights)
+    copy.sources.push_back(
+        {c10::weak_intrusive_ptr<c10::StorageImpl>(w.storage().getWeakStorageImpl()),
+         w._version()});
+  {
+    torch::NoGradGuard no_grad;
+    // A new tensor, never the old one overwritten: a backward may still hold the old values.
+    const torch::Tensor source = weights.size() == 1 ? weights[0] : stacked_rows(weights);
+    copy.value = torch::empty(source.sizes(), source.options().dtype(type)).copy_(source);
+  }
+  if (it == c.copies.end()) drop_expired(c);
+  torch::Tensor value = copy.value;
+  c.copies[key] = std::move(copy);
+  return value;
+}
+
+}  // namespace
+
+torch::Tensor weight_in(const torch::Tensor& weight, torch::ScalarType type) {
+  if (weight.scalar_type() == type) return weight;
+  return cached_copy({weight}, type);
+}
+
+torch::Tensor stacked_weights_in(at::TensorList weights, torch::ScalarType type) {
+  if (weights.front().scalar_type() == type) return stacked_rows(weights);
+  return cached_copy(weights, type);
+}
+
+int64_t compute_copy_bytes() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  int64_t bytes = 0;
+  for (const auto& [key, copy] : c.copies) bytes += copy.value.nbytes();
+  return bytes;
+}
+
+void clear_compute_copies() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  c.copies.clear();
+}
+
+}  // namespace retort::layers

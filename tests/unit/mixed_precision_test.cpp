@@ -1,0 +1,113 @@
+// tests/unit/mixed_precision_test.cpp: bf16 mixed precision (model.dtype: bfloat16) at the layer
+// level. The compute copies of float32 main weights follow every change of those weights (an
+// in-place write, an AdamW step) and are cast once between changes; a model with float32 main
+// weights computing in bf16 gives the loss and gradients of the same model in float64 within a
+// bound derived from bf16's unit round-off, and its gradients arrive in float32 on the main
+// weights.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "engine/optim/adamw.h"
+#include "layers/compute_copy.h"
+#include "layers/model.h"
+
+using namespace retort;
+using namespace retort::layers;
+
+namespace {
+
+constexpr double kUnitRoundOff = 1.0 / 256;  // bf16: 8 significant bits, round to nearest
+
+bool same_values(const torch::Tensor& a, const torch::Tensor& b) {
+  return a.scalar_type() == b.scalar_type() && torch::equal(a, b);
+}
+
+TEST(MixedPrecision, ComputeCopyFollowsEveryChangeOfTheMainWeight) {
+  ParameterStore store(5, torch::kFloat);
+  ParamSpec spec{"w", {48, 32}, 0};
+  const torch::Tensor w = store.create(spec);
+  const torch::Tensor first = weight_in(w, torch::kBFloat16);
+  EXPECT_TRUE(same_values(first, w.detach().to(torch::kBFloat16)));
+  // Cast once: the second use gets the same copy.
+  EXPECT_EQ(weight_in(w, torch::kBFloat16).data_ptr(), first.data_ptr());
+  EXPECT_EQ(weight_in(w, torch::kFloat).data_ptr(), w.data_ptr());  // its own type: itself
+  {
+    torch::NoGradGuard no_grad;
+    w.add_(1.0);
+  }
+  const torch::Tensor after_write = weight_in(w, torch::kBFloat16);
+  EXPECT_TRUE(same_values(after_write, w.detach().to(torch::kBFloat16)));
+  EXPECT_FALSE(torch::equal(after_write, first));  // the old copy is left as it was
+  // ATen's fused AdamW writes without counting the write; the optimizer counts it.
+  engine::OptimizerConfig config;
+  engine::AdamW adamw(store, config);
+  w.mutable_grad() = torch::randn_like(w);
+  adamw.step(0.1);
+  const torch::Tensor after_step = weight_in(w, torch::kBFloat16);
+  EXPECT_TRUE(same_values(after_step, w.detach().to(torch::kBFloat16)));
+  EXPECT_FALSE(torch::equal(after_step, after_write));
+  // Stacked weights: one copy of the stack, cast again when any of them changes.
+  ParamSpec spec2{"w2", {16, 32}, 0};
+  const torch::Tensor w2 = store.create(spec2);
+  const torch::Tensor stack = stacked_weights_in({w, w2}, torch::kBFloat16);
+  EXPECT_TRUE(same_values(stack, torch::cat({w, w2}).detach().to(torch::kBFloat16)));
+  {
+    torch::NoGradGuard no_grad;
+    w2.mul_(-1.0);
+  }
+  EXPECT_TRUE(same_values(stacked_weights_in({w, w2}, torch::kBFloat16),
+                          torch::cat({w, w2}).detach().to(torch::kBFloat16)));
+}
+
+ModelConfig small_model() {
+  ModelConfig c;
+  c.vocab_size = 256;
+  c.hidden = 64;
+  c.layers = 2;
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.ffn_hidden = 172;
+  c.layer_windows = {0, 8};  // a full and a sliding-window layer
+  c.init_std = 0.2;          // logits well away from uniform, so the loss has digits to lose
+  return c;
+}
+
+TEST(MixedPrecision, BFloat16ComputeMatchesFloat64WithinTheDerivedBound) {
+  const ModelConfig config = small_model();
+  ParameterStore main(7, torch::kFloat), exact(7, torch::kDouble);
+  LlamaModel mixed(config, main), reference(config, exact);
+  mixed.set_compute_type(torch::kBFloat16);
+  torch::manual_seed(3);
+  const torch::Tensor tokens = torch::randint(0, config.vocab_size, {2, 32}, torch::kLong);
+  const torch::Tensor targets = torch::randint(0, config.vocab_size, {2, 32}, torch::kLong);
+  const torch::Tensor loss = mixed.loss_sum(tokens, targets) / 64;
+  const torch::Tensor loss_exact = reference.loss_sum(tokens, targets) / 64;
+  loss.backward();
+  loss_exact.backward();
+  EXPECT_EQ(loss.scalar_type(), torch::kFloat);  // the loss is summed in float32
+  // The bound, to first order in u: every rounding to bf16 on the way from the weights to the
+  // logits changes what it rounds by at most u relatively, and the blocks (normalised, with
+  // residual connections) do not amplify a relative change. A block rounds at most 10 times on
+  // that path (its two norms, four product outputs, attention output, SwiGLU, two residual sums),
+  // the embedding, final norm and head 3 more: logits within R = 10 L + 3 roundings, and the
+  // cross-entropy (1-Lipschitz in each logit per token) within R u max|logit|. Backward runs
+  // the same products transposed, as many roundings again: each gradient within 2 R u of its
+  // norm.
+  const double roundings = 10.0 * config.layers + 3;
+  const double max_logit = reference.forward(tokens).abs().max().item<double>();
+  EXPECT_LE(std::abs(loss.item<double>() - loss_exact.item<double>()),
+            roundings * kUnitRoundOff * max_logit);
+  for (const Parameter& p : main.all()) {
+    const Parameter* q = exact.find(p.spec.name);
+    ASSERT_TRUE(p.value.grad().defined()) << p.spec.name;
+    EXPECT_EQ(p.value.grad().scalar_type(), torch::kFloat) << p.spec.name;  // main gradients
+    const double error =
+        (p.value.grad().to(torch::kDouble) - q->value.grad()).norm().item<double>();
+    const double size = q->value.grad().norm().item<double>();
+    EXPECT_LE(error, 2 * roundings * kUnitRoundOff * size) << p.spec.name;
+  }
+}
+
+}  // namespace
