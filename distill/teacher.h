@@ -32,6 +32,8 @@ class Teacher {
   layers::ParameterStore& parameters() { return *store_; }
   const layers::ModelConfig& config() const { return model_->config(); }
   const layers::LlamaModel& model() const { return *model_; }
+  // The residual stream's type, when set apart from the weights' (layers::LlamaModel::set_types).
+  void set_residual_type(torch::ScalarType type) { model_->set_types(store_->dtype(), type); }
   int64_t weight_bytes() const;
 
  private:

@@ -11,6 +11,8 @@
 #pragma once
 #include <torch/torch.h>
 
+#include <optional>
+
 #include "layers/attention.h"
 #include "layers/capture.h"
 #include "layers/kernel_policy.h"
@@ -25,11 +27,14 @@ namespace retort::layers {
 
 // Tables shared by every block of one forward pass.
 struct BlockContext {
-  torch::Tensor rope_cos, rope_sin;                     // [seq, head_dim]
-  torch::Tensor mask_full;                              // causal mask [seq, seq]
-  std::map<int64_t, torch::Tensor> mask_by_window;      // sliding-window masks, by window size
-  RecomputePolicy recompute;                            // activation checkpointing / offloading
-  KernelPolicy kernels;                                 // fused or composed, blocked or dense
+  torch::Tensor rope_cos, rope_sin;                 // [seq, head_dim]
+  torch::Tensor mask_full;                          // causal mask [seq, seq]
+  std::map<int64_t, torch::Tensor> mask_by_window;  // sliding-window masks, by window size
+  RecomputePolicy recompute;                        // activation checkpointing / offloading
+  KernelPolicy kernels;                             // fused or composed, blocked or dense
+  // Mixed precision: the norms' outputs are cast to this type, so the blocks' products run in
+  // it, while the residual stream keeps its own (float32 under model.fp32_residual).
+  std::optional<torch::ScalarType> compute_type;
   const torch::Tensor& mask_for(int64_t window) const;  // undefined under blocked attention
 };
 

@@ -50,13 +50,17 @@ torch::Tensor LlamaModel::embed(const torch::Tensor& tokens) const {
   TORCH_CHECK(tokens.dim() == 2, "tokens must be [batch, seq]");
   // Tied on this stage: the head's dense gradient arrives first and the lookup's rows add in.
   const bool tied_here = config_.tied_embeddings && stage_.head;
-  return vocab_parallel_embedding(tokens, embed_, tp_, /*sparse_grad=*/tied_here, compute_type_);
+  // The rows in the compute type, as every weight is used, then in the stream's type.
+  torch::Tensor rows =
+      vocab_parallel_embedding(tokens, embed_, tp_, /*sparse_grad=*/tied_here, compute_type_);
+  return residual_type_ ? rows.to(*residual_type_) : rows;
 }
 
 torch::Tensor LlamaModel::run_blocks(torch::Tensor x, int64_t seq_len, CaptureSink* sink) const {
   if (blocks_.empty()) return x;
   BlockContext context = make_block_context(config_, seq_len, x.options(), kernels_);
   context.recompute = recompute_;
+  if (compute_type_ != residual_type_) context.compute_type = compute_type_;
   if (recompute_.offloader) recompute_.offloader->begin_chain();
   for (const Block& block : blocks_) x = block.forward(x, context, sink);
   return x;
@@ -64,6 +68,11 @@ torch::Tensor LlamaModel::run_blocks(torch::Tensor x, int64_t seq_len, CaptureSi
 
 torch::Tensor LlamaModel::head_input(const torch::Tensor& hidden) const {
   TORCH_CHECK(stage_.head, "the LM head runs on the last pipeline stage only");
+  if (compute_type_ && compute_type_ != residual_type_) {  // as the blocks' norms (block.cpp)
+    const torch::Tensor normed =
+        rms_norm(hidden, final_norm_.to(*compute_type_), config_.norm_eps).to(*compute_type_);
+    return tp_.enter_column(normed);
+  }
   torch::Tensor normed = fused_block_parts(kernels_, hidden)
                              ? fused_rms_norm(hidden, final_norm_, config_.norm_eps)
                              : rms_norm(hidden, final_norm_, config_.norm_eps);

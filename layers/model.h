@@ -73,10 +73,17 @@ class LlamaModel {
   void set_recompute(const RecomputePolicy& policy) { recompute_ = policy; }
   const RecomputePolicy& recompute() const { return recompute_; }
   void set_kernels(const KernelPolicy& kernels) { kernels_ = kernels; }
-  // The type the activations and products run in (bfloat16 under mixed precision, with the
-  // parameters float32 main weights: layers/compute_copy.h); default the parameters' own.
-  void set_compute_type(torch::ScalarType type) { compute_type_ = type; }
-  std::optional<torch::ScalarType> compute_type() const { return compute_type_; }
+  // Mixed precision. compute: the type the products run in (bfloat16, with the parameters
+  // float32 main weights: layers/compute_copy.h). residual: the residual stream's (embedding
+  // output, block inputs and outputs, what pipeline stages send): the compute type, or float32
+  // (Megatron-LM's fp32_residual_connection; what torch.autocast does), and then the norms'
+  // outputs are cast to the compute type and each block's output is added to the stream in
+  // float32. Unset: both the parameters' type.
+  void set_types(torch::ScalarType compute, torch::ScalarType residual) {
+    compute_type_ = compute;
+    residual_type_ = residual;
+  }
+  std::optional<torch::ScalarType> residual_type() const { return residual_type_; }
   const KernelPolicy& kernels() const { return kernels_; }
   // Tokens per chunk of the fused LM head + cross-entropy of head_loss_sum; 0 = unfused
   // (full logits, then the vocabulary-parallel cross-entropy).
@@ -92,7 +99,7 @@ class LlamaModel {
   RecomputePolicy recompute_;
   KernelPolicy kernels_;
   int64_t head_chunk_tokens_ = 256;
-  std::optional<torch::ScalarType> compute_type_;
+  std::optional<torch::ScalarType> compute_type_, residual_type_;
   torch::Tensor embed_, final_norm_, lm_head_;
   std::vector<Block> blocks_;
 };

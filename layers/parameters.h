@@ -41,6 +41,7 @@ class ParameterStore {
   const Parameter* find(const std::string& name) const;
   ShardPosition tp() const { return tp_; }
   uint64_t seed() const { return seed_; }
+  torch::ScalarType dtype() const { return dtype_; }
 
  private:
   uint64_t seed_;

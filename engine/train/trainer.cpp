@@ -53,7 +53,8 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
       own_mesh_(std::move(own_mesh)),
       mesh_(mesh ? *mesh : *own_mesh_),
       dtype_(config.dtype == DType::float64 ? torch::kDouble : torch::kFloat),
-      compute_dtype_(config.dtype == DType::bfloat16 ? torch::kBFloat16 : dtype_) {
+      compute_dtype_(config.dtype == DType::bfloat16 ? torch::kBFloat16 : dtype_),
+      residual_dtype_(config.fp32_residual ? dtype_ : compute_dtype_) {
   MemoryTracker& memory = MemoryTracker::install();  // before the first parameter
   parallel::set_collective_timeout(config_.runtime.collective_timeout_s);
   if (config_.runtime.device == Device::cuda)
@@ -91,7 +92,7 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
   model_->set_recompute({memory_config.activation_checkpointing, offloader_.get()});
   model_->set_head_chunk_tokens(memory_config.head_chunk_tokens);
   model_->set_kernels({memory_config.fused_kernels, memory_config.attention_block_rows});
-  model_->set_compute_type(compute_dtype_);
+  model_->set_types(compute_dtype_, residual_dtype_);
   // Gradients are allocated inside backward as temporaries; once accumulated they count as
   // gradients (hooked before the gradient sync, which may free them).
   gradient_accounting_ = std::make_unique<GradReadyHooks>(*store_, [this, &memory](size_t k) {
@@ -114,7 +115,7 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
   if (config_.optimizer.in_backward) sync_->set_on_final([this](size_t k) { step_in_backward(k); });
   stage_step_ =
       std::make_unique<StageStep>(StageModels{model_.get(), teacher_.get(), distiller_.get()}, tp_,
-                                  config_.data.seq_len, compute_dtype_);
+                                  config_.data.seq_len, residual_dtype_);
   if (streamed_head >= 0) {
     HeadRowStepOptions options;
     options.index = size_t(streamed_head);
@@ -280,6 +281,7 @@ void Trainer::build_distiller() {
     teacher_ = std::make_unique<distill::Teacher>(teacher_model, settings.keys.seed, compute_dtype_,
                                                   tp_, teacher_stage);
   }
+  teacher_->set_residual_type(residual_dtype_);
   if (hf_teacher)
     hf::load_hf_parameters(teacher_path, teacher_model, teacher_->parameters(), tp_);
   else if (!teacher_path.empty())

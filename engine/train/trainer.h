@@ -101,8 +101,9 @@ class Trainer {
   std::unique_ptr<parallel::Mesh> own_mesh_;  // single process only
   parallel::Mesh& mesh_;
   layers::TensorParallel tp_;
-  torch::ScalarType dtype_;          // the parameters' (main weights under bf16)
-  torch::ScalarType compute_dtype_;  // the activations' and products'; the teacher's weights
+  torch::ScalarType dtype_;           // the parameters' (main weights under bf16)
+  torch::ScalarType compute_dtype_;   // the products'; the teacher's weights
+  torch::ScalarType residual_dtype_;  // the residual stream's and pipeline messages'
   std::unique_ptr<layers::ParameterStore> store_;
   std::unique_ptr<layers::LlamaModel> model_;
   std::unique_ptr<AdamW> optimizer_;

@@ -74,11 +74,14 @@ ModelConfig small_model() {
   return c;
 }
 
-TEST(MixedPrecision, BFloat16ComputeMatchesFloat64WithinTheDerivedBound) {
+// Residual stream in bf16 or in float32.
+class BFloat16Compute : public ::testing::TestWithParam<torch::ScalarType> {};
+
+TEST_P(BFloat16Compute, MatchesFloat64WithinTheDerivedBound) {
   const ModelConfig config = small_model();
   ParameterStore main(7, torch::kFloat), exact(7, torch::kDouble);
   LlamaModel mixed(config, main), reference(config, exact);
-  mixed.set_compute_type(torch::kBFloat16);
+  mixed.set_types(torch::kBFloat16, GetParam());
   torch::manual_seed(3);
   const torch::Tensor tokens = torch::randint(0, config.vocab_size, {2, 32}, torch::kLong);
   const torch::Tensor targets = torch::randint(0, config.vocab_size, {2, 32}, torch::kLong);
@@ -109,5 +112,8 @@ TEST(MixedPrecision, BFloat16ComputeMatchesFloat64WithinTheDerivedBound) {
     EXPECT_LE(error, 2 * roundings * kUnitRoundOff * size) << p.spec.name;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(MixedPrecision, BFloat16Compute,
+                         ::testing::Values(torch::kBFloat16, torch::kFloat));
 
 }  // namespace
