@@ -84,7 +84,7 @@ torch::Tensor Block::forward_parts(const torch::Tensor& x, const BlockContext& c
                                                     : rms_norm(in, weight, norm_eps_);
     // A float32 stream: normalised in float32 by the weight's compute-type value (as every
     // weight is used), the result cast to the compute type once.
-    return rms_norm(in, weight.to(*context.compute_type), norm_eps_).to(*context.compute_type);
+    return wide_rms_norm(context.kernels, in, weight, *context.compute_type, norm_eps_);
   };
   torch::Tensor mixer =
       attention_.forward(tp_.enter_column(norm(x, attn_norm_)), context.rope_cos, context.rope_sin,

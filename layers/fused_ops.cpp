@@ -5,6 +5,7 @@
 
 #include "kernels/row_loops.h"
 #include "layers/functional.h"
+#include "layers/kernel_route.h"
 
 namespace retort::layers {
 namespace {
@@ -174,6 +175,14 @@ torch::Tensor fused_rope_(torch::Tensor x, const torch::Tensor& cos, const torch
     return turned.reshape(x.sizes());
   }
   return RopeInPlace::apply(x, cos, sin, rotated);
+}
+
+torch::Tensor wide_rms_norm(const KernelPolicy& policy, const torch::Tensor& x,
+                            const torch::Tensor& weight, torch::ScalarType compute, double eps) {
+  const torch::Tensor rounded = weight.to(compute).to(x.scalar_type());
+  const torch::Tensor normed =
+      fused_block_parts(policy, x) ? fused_rms_norm(x, rounded, eps) : rms_norm(x, rounded, eps);
+  return normed.to(compute);
 }
 
 }  // namespace retort::layers

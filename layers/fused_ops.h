@@ -11,10 +11,18 @@
 #pragma once
 #include <torch/torch.h>
 
+#include "layers/kernel_policy.h"
+
 namespace retort::layers {
 
 // Same maths as rms_norm() in functional.h.
 torch::Tensor fused_rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
+
+// RMSNorm of a float32 (or wider) residual stream x by the weight's `compute`-type value, the
+// result in `compute` (rounded once): by fused_rms_norm where the policy and dispatch allow it,
+// else by rms_norm.
+torch::Tensor wide_rms_norm(const KernelPolicy& policy, const torch::Tensor& x,
+                            const torch::Tensor& weight, torch::ScalarType compute, double eps);
 
 // silu(gate) * up from gate_up [..., 2n] = [gate | up] (the output of one matrix product by
 // the stacked gate and up weights) -> [..., n]. Backward writes the gradient packed the same

@@ -69,9 +69,8 @@ torch::Tensor LlamaModel::run_blocks(torch::Tensor x, int64_t seq_len, CaptureSi
 torch::Tensor LlamaModel::head_input(const torch::Tensor& hidden) const {
   TORCH_CHECK(stage_.head, "the LM head runs on the last pipeline stage only");
   if (compute_type_ && compute_type_ != residual_type_) {  // as the blocks' norms (block.cpp)
-    const torch::Tensor normed =
-        rms_norm(hidden, final_norm_.to(*compute_type_), config_.norm_eps).to(*compute_type_);
-    return tp_.enter_column(normed);
+    return tp_.enter_column(
+        wide_rms_norm(kernels_, hidden, final_norm_, *compute_type_, config_.norm_eps));
   }
   torch::Tensor normed = fused_block_parts(kernels_, hidden)
                              ? fused_rms_norm(hidden, final_norm_, config_.norm_eps)

@@ -83,8 +83,10 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
 std::atomic<bool> head_row_loops_enabled{true};
 
 bool row_loops_apply(const torch::Tensor& x, parallel::Communicator* group) {
-  return head_row_loops_enabled && group->size() == 1 &&
-         runs_our_loops(kernels::Operation::head_cross_entropy, x);
+  if (!head_row_loops_enabled || group->size() != 1) return false;
+  // The loops read the logits, which a 16-bit head forms in float32 (its products stay 16-bit).
+  return runs_our_loops(kernels::Operation::head_cross_entropy,
+                        torch::empty({0}, x.options().dtype(accumulation_type(x))));
 }
 
 // The fused head: the loss, and when asked the gradients for a unit upstream gradient.
@@ -144,11 +146,12 @@ FusedHeadResult fused_head_forward(const torch::Tensor& x2d, const torch::Tensor
         result.sum_exp.narrow(0, start, len).copy_(sum);
       }
       if (!want_grad) continue;
+      const torch::Tensor dz = z.to(x2d.scalar_type());  // the products' type
       if (want_x) {  // written in place: grad_x rows are contiguous
         torch::Tensor rows = result.grad_x.narrow(0, start, len);
-        product_by_out(rows, z, weight);
+        product_by_out(rows, dz, weight);
       }
-      if (want_weight) add_transposed_product(result.grad_weight, z, xc);
+      if (want_weight) add_transposed_product(result.grad_weight, dz, xc);
       continue;
     }
     if (any_padded) z.masked_fill_(padded, -std::numeric_limits<double>::infinity());
@@ -278,7 +281,7 @@ struct StreamedHeadCrossEntropy : torch::autograd::Function<StreamedHeadCrossEnt
                                              index.data_ptr<int64_t>() + b);
             });
           });
-          add_transposed_product(grad, z, xc);
+          add_transposed_product(grad, z.to(x2d.scalar_type()), xc);
           continue;
         }
         if (any_padded) z.masked_fill_(padded, -std::numeric_limits<double>::infinity());
