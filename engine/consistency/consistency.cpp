@@ -66,9 +66,13 @@ std::string ConsistencyLayout::file_name() const {
   return f;
 }
 
-ConsistencyTolerances tolerances_for(const std::string& dtype) {
+ConsistencyTolerances tolerances_for(const std::string& dtype, int64_t layers, int64_t tokens) {
   if (dtype == "float64") return {1e-10, 1e-9, 1e-9};
-  return {};
+  if (dtype != "bfloat16") return {};
+  const double u = 1.0 / 256, roundings = 10.0 * double(layers) + 3;
+  const double sigma = u * std::sqrt(2 * roundings / 3);
+  const double loss = 4 * sigma / std::sqrt(double(std::max<int64_t>(tokens, 1)));
+  return {loss, 4 * u * std::sqrt(4 * roundings / 3), 4 * sigma};
 }
 
 namespace {
@@ -400,7 +404,7 @@ std::string format_comparison_table(const std::vector<ComparisonRow>& rows,
   }
   std::snprintf(line, sizeof(line),
                 "worst relative differences against the reference over every step; tolerances: "
-                "loss, terms and |g| %.0e, gradients %.0e, activations %.0e\n",
+                "loss, terms and |g| %.2g, gradients %.2g, activations %.2g\n",
                 tol.loss, tol.gradient, tol.activation);
   os << line;
   for (const ComparisonRow& r : rows) {

@@ -37,8 +37,17 @@ struct ConsistencyTolerances {
   double gradient = 1e-4;    // ||g - g_ref|| / ||g_ref||, every parameter, every step
   double activation = 1e-4;  // same measure, every capture point, every step
 };
-// fp32 runs keep the tolerances above; float64 runs are held to 1e-10 and 1e-9.
-ConsistencyTolerances tolerances_for(const std::string& dtype);
+// fp32 runs keep the tolerances above; float64 runs are held to 1e-10 and 1e-9. bfloat16 runs
+// get tolerances derived from bf16's unit round-off u = 2^-8 for a model of `layers` blocks and
+// `tokens` target tokens per step (docs/architecture.md, "Mixed precision"): layouts round at
+// different points, R = 10 layers + 3 roundings on the forward path, each a relative error
+// uniform in [-u, u] (variance u^2 / 3), independent, passed on without gain by normalised
+// residual blocks; two runs then differ norm-wise by sigma = u sqrt(2 R / 3). Activations are
+// held to 4 sigma, gradients (twice the roundings: forward and backward) to 4 u sqrt(4 R / 3),
+// and the loss, terms and gradient norm, sums over the step's tokens of independent per-token
+// differences, to 4 sigma / sqrt(tokens).
+ConsistencyTolerances tolerances_for(const std::string& dtype, int64_t layers = 0,
+                                     int64_t tokens = 1);
 
 // What one layout recorded in one step (on its first rank), everything at global shape.
 struct StepRecord {

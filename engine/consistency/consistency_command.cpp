@@ -33,7 +33,9 @@ int run_consistency_command(int argc, char** argv, parallel::MpiRuntime& mpi,
     if (mpi.world_rank() == 0)
       std::cout << options
                 << "Tolerances follow model.dtype: float32 1e-5 (loss, terms, |g|) and 1e-4 "
-                   "(gradients, activations); float64 1e-10 and 1e-9.\n";
+                   "(gradients, activations); float64 1e-10 and 1e-9; bfloat16 derived from its "
+                   "unit round-off, the layers and the tokens per step (printed with the "
+                   "table).\n";
     return vm.count("help") ? 0 : 2;
   }
   Config config = Config::load(line.config, line.overrides);
@@ -64,7 +66,10 @@ int run_consistency_command(int argc, char** argv, parallel::MpiRuntime& mpi,
   }
   int failed = 0;
   if (mpi.world_rank() == 0) {
-    const ConsistencyTolerances tol = tolerances_for(config.get_string("model.dtype"));
+    const TrainConfig reference = consistency_train_config(config, layouts[0], accumulation);
+    const ConsistencyTolerances tol =
+        tolerances_for(config.get_string("model.dtype"), reference.model.layers,
+                       reference.training.global_batch * reference.data.seq_len);
     std::vector<ComparisonRow> rows = {check_reference(layouts[0].name, records[0])};
     for (size_t i = 1; i < layouts.size(); ++i)
       rows.push_back(compare_records(layouts[i].name, records[0], records[i], tol));
