@@ -11,7 +11,10 @@
 // checkpointing: what it moves is what checkpointing keeps), the optimizer step inside
 // backward, and all of them (full + offloading + in backward). Micro-batch 4 x 256 tokens,
 // one micro-batch per step, optimizer.grad_clip 0 everywhere (in_backward cannot clip).
-// Then the targets, each with the measured figure.
+// (3) model (1) again in bf16 mixed precision (model.dtype=bfloat16) under every variant, and
+// the distillation's baseline in bf16, with the bytes per parameter by category of the fp32
+// and bf16 baselines.
+// Then the issues' targets, each with the measured figure.
 // Usage: bench_memory [steps=2] [threads=cores] [key=value ...] (keys added to every run)
 #include <torch/torch.h>
 
@@ -37,6 +40,7 @@ struct Measured {
   engine::MemorySplit peak;
   int64_t host_peak = 0;
   int64_t trainable_bytes = 0;
+  int64_t parameter_count = 0;  // the student's
 };
 
 struct Variant {
@@ -66,8 +70,10 @@ Measured measure_run(const std::vector<std::string>& assignments, int steps) {
   const engine::TrainConfig config = bench::bench_config(assignments);
   engine::Trainer trainer(config, nullptr);
   Measured m;
-  for (const auto& p : trainer.parameters().all())
+  for (const auto& p : trainer.parameters().all()) {
     if (!p.spec.frozen()) m.trainable_bytes += p.value.numel() * p.value.element_size();
+    m.parameter_count += p.value.numel();
+  }
   trainer.train_step();  // warm-up: lazily built state and tables
   memory.reset_peak();
   const auto start = std::chrono::steady_clock::now();
@@ -87,12 +93,12 @@ void print_row(const char* setup, const char* variant, const Measured& m, const 
   using C = MemoryCategory;
   const engine::MemorySplit& p = m.peak;
   std::printf(
-      "| %-8s | %-21s | %8.0f | %5.2f | %7.1f | %6.1f | %6.1f | %6.1f | %7.1f | %7.1f | %7.1f | "
-      "%6.1f | %6.1f |\n",
+      "| %-8s | %-21s | %8.0f | %5.2f | %7.1f | %6.1f | %6.1f | %6.1f | %6.1f | %7.1f | %7.1f | "
+      "%7.1f | %6.1f | %6.1f |\n",
       setup, variant, m.tokens_per_s, m.tokens_per_s / base.tokens_per_s, mb(p.device()),
-      mb(p.of(C::parameters)), mb(p.of(C::gradients)), mb(p.of(C::optimizer_state)),
-      mb(p.of(C::activations)), mb(p.of(C::teacher_weights)), mb(p.of(C::teacher_activations)),
-      mb(p.of(C::other)), mb(m.host_peak));
+      mb(p.of(C::parameters)), mb(p.of(C::compute_weights)), mb(p.of(C::gradients)),
+      mb(p.of(C::optimizer_state)), mb(p.of(C::activations)), mb(p.of(C::teacher_weights)),
+      mb(p.of(C::teacher_activations)), mb(p.of(C::other)), mb(m.host_peak));
 }
 
 const char* verdict(bool ok) {
@@ -144,27 +150,57 @@ int measure(int argc, char** argv) {
     distill_runs[v.name] = measure_run(keys, steps);
   }
 
+  // (3) bf16 mixed precision: model (1) under every variant, and the distillation's baseline.
+  std::map<std::string, Measured> bf16_runs;
+  for (const Variant& v : kVariants) {
+    std::vector<std::string> keys = lm;
+    keys.insert(keys.end(), v.keys.begin(), v.keys.end());
+    keys.push_back("model.dtype=bfloat16");
+    bf16_runs[v.name] = measure_run(keys, steps);
+  }
+  std::vector<std::string> distill_bf16 = distill;
+  distill_bf16.push_back("model.dtype=bfloat16");
+  const Measured distill_bf16_base = measure_run(distill_bf16, steps);
+
   std::printf(
       "batch 4 x 256 tokens, vocab 32000, %d thread(s), %d measured step(s) per row; "
       "peak = device peak of the measured steps, split at that moment (MB)\n",
       threads, steps);
   std::printf(
-      "| setup    | run                   | tokens/s | x base | peak MB | params | grads  | "
-      "optim  | activ.  | teacher | teacher | rest   | host   |\n");
+      "| setup    | run                   | tokens/s | x base | peak MB | params | bf16 w | grads  "
+      "| optim  | activ.  | teacher | teacher | rest   | host   |\n");
   std::printf(
-      "|          |                       |          |       |         |        |        |  "
-      "      |         | weights | activ.  |        | store  |\n");
+      "|          |                       |          |       |         |        |        |      "
+      "  |        |         | weights | activ.  |        | store  |\n");
   std::printf(
       "|----------|-----------------------|----------|-------|---------|--------|--------|-----"
-      "---|---------|---------|---------|--------|--------|\n");
+      "---|--------|---------|---------|---------|--------|--------|\n");
   for (const Variant& v : kVariants)
     print_row("LM 39.6M", v.name, lm_runs[v.name], lm_runs["baseline"]);
   print_row("student", "LM only, no teacher", student_lm_only, student_lm_only);
   for (const Variant& v : kVariants)
     print_row("distill", v.name, distill_runs[v.name], student_lm_only);
+  for (const Variant& v : kVariants)
+    print_row("LM bf16", v.name, bf16_runs[v.name], lm_runs["baseline"]);
+  print_row("dist bf16", "baseline", distill_bf16_base, student_lm_only);
+
+  // Bytes per parameter of the student by category, at the baseline peaks.
+  using C = MemoryCategory;
+  std::printf("\nbytes per parameter at the baseline peak (LM 39.6M, %lld parameters):\n",
+              (long long)lm_runs["baseline"].parameter_count);
+  std::printf(
+      "| precision | main weights | bf16 weights | gradients | optimizer | activations |\n");
+  std::printf("|---|---|---|---|---|---|\n");
+  for (const auto& [name, m] :
+       {std::pair<const char*, const Measured*>{"fp32", &lm_runs["baseline"]},
+        {"bf16", &bf16_runs["baseline"]}}) {
+    const double n = double(m->parameter_count);
+    std::printf("| %s | %.2f | %.2f | %.2f | %.2f | %.2f |\n", name, m->peak.of(C::parameters) / n,
+                m->peak.of(C::compute_weights) / n, m->peak.of(C::gradients) / n,
+                m->peak.of(C::optimizer_state) / n, m->peak.of(C::activations) / n);
+  }
 
   // The targets.
-  using C = MemoryCategory;
   const Measured& base = lm_runs["baseline"];
   const double grad_mb = mb(base.trainable_bytes);
   auto lowered = [&](const Measured& from, const Measured& to) {
@@ -207,6 +243,16 @@ int measure(int argc, char** argv) {
       "at %.1f MB (target: below): %s\n",
       mb(distill_all.peak.device()), mb(student_lm_only.peak.device()),
       verdict(distill_all.peak.device() < student_lm_only.peak.device()));
+  const Measured& bf16 = bf16_runs["baseline"];
+  const double saved_ratio =
+      double(bf16.peak.of(C::activations)) / double(base.peak.of(C::activations));
+  const double peak_ratio = double(bf16.peak.device()) / double(base.peak.device());
+  std::printf(
+      "  bf16 against fp32 (baselines): saved activations at the peak %.1f -> %.1f MB = %.2fx "
+      "(target <= 0.55x): %s; peak %.1f -> %.1f MB = %.2fx (target <= 0.8x): %s\n",
+      mb(base.peak.of(C::activations)), mb(bf16.peak.of(C::activations)), saved_ratio,
+      verdict(saved_ratio <= 0.55), mb(base.peak.device()), mb(bf16.peak.device()), peak_ratio,
+      verdict(peak_ratio <= 0.8));
   return 0;
 }
 

@@ -12,9 +12,11 @@
 
 namespace retort {
 
-// offloaded: activations moved to the host store (not device memory; counted apart).
-RETORT_NAMED_ENUM(MemoryCategory, parameters, gradients, optimizer_state, activations,
-                  teacher_weights, teacher_activations, offloaded, other)
+// compute_weights: the bf16 copies of float32 main weights under mixed precision
+// (layers/compute_copy.h). offloaded: activations moved to the host store (not device memory;
+// counted apart).
+RETORT_NAMED_ENUM(MemoryCategory, parameters, compute_weights, gradients, optimizer_state,
+                  activations, teacher_weights, teacher_activations, offloaded, other)
 inline constexpr int kMemoryCategories = int(MemoryCategory::other) + 1;
 
 inline std::atomic<int>& current_memory_category_slot() {

@@ -6,6 +6,8 @@
 // GCC's target_clones, whose load-time choice no setting can override. Variants are chosen by
 // feature, never by CPU model: a clone named "arch=haswell" is taken only on that exact model.
 // RETORT_ALWAYS_INLINE puts a loop body into each variant, compiled for that variant's ISA.
+// The AVX-512 variant also takes BW, VL and DQ (every AVX-512 CPU since Skylake-X has them):
+// without BW, bf16 rows (16-bit integers) would be converted in 256-bit halves.
 #pragma once
 
 #include "kernels/cpu_features.h"
@@ -34,21 +36,22 @@ Function variant_for_isa(Function avx512, Function avx2, Function baseline) {
 // `impl(args)`, impl being an always-inline template, in the variant for kernel_isa(). The
 // choice is made on the first call and kept.
 #if defined(__x86_64__) && defined(__GNUC__)
-#define RETORT_ISA_VARIANTS(name, params, args, impl)                           \
-  __attribute__((target("avx512f"))) static void name##_variant_avx512 params { \
-    impl args;                                                                  \
-  }                                                                             \
-  __attribute__((target("avx2"))) static void name##_variant_avx2 params {      \
-    impl args;                                                                  \
-  }                                                                             \
-  static void name##_variant_baseline params {                                  \
-    impl args;                                                                  \
-  }                                                                             \
-  void name params {                                                            \
-    using Variant = void(*) params;                                             \
-    static const Variant chosen = ::retort::kernels::variant_for_isa<Variant>(  \
-        name##_variant_avx512, name##_variant_avx2, name##_variant_baseline);   \
-    chosen args;                                                                \
+#define RETORT_ISA_VARIANTS(name, params, args, impl)                                           \
+  __attribute__((                                                                               \
+      target("avx512f,avx512bw,avx512vl,avx512dq"))) static void name##_variant_avx512 params { \
+    impl args;                                                                                  \
+  }                                                                                             \
+  __attribute__((target("avx2"))) static void name##_variant_avx2 params {                      \
+    impl args;                                                                                  \
+  }                                                                                             \
+  static void name##_variant_baseline params {                                                  \
+    impl args;                                                                                  \
+  }                                                                                             \
+  void name params {                                                                            \
+    using Variant = void(*) params;                                                             \
+    static const Variant chosen = ::retort::kernels::variant_for_isa<Variant>(                  \
+        name##_variant_avx512, name##_variant_avx2, name##_variant_baseline);                   \
+    chosen args;                                                                                \
   }
 #else
 #define RETORT_ISA_VARIANTS(name, params, args, impl) \

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <limits>
 
+#include "kernels/bfloat16.h"
 #include "kernels/isa_variants.h"
 #include "kernels/vector_exp.h"
 #include "kernels/vector_max.h"
@@ -27,41 +28,44 @@ RETORT_ALWAYS_INLINE T sigmoid(T x) {
   return T(1) / (T(1) + vector_exp(-x));
 }
 
-template <typename T>
-RETORT_ALWAYS_INLINE void rms_forward_rows(const T* __restrict x, const T* __restrict w,
-                                           T* __restrict y, T* __restrict inv_rms, int64_t rows,
+// X, W, Y: the element types of x, w and y (float, double or Bf16); C: the type computed in.
+template <typename X, typename W, typename Y, typename C>
+RETORT_ALWAYS_INLINE void rms_forward_rows(const X* __restrict x, const W* __restrict w,
+                                           Y* __restrict y, C* __restrict inv_rms, int64_t rows,
                                            int64_t n, double eps) {
   for (int64_t r = 0; r < rows; ++r) {
-    const T* xr = x + r * n;
-    T* yr = y + r * n;
-    T squares = 0;
+    const X* xr = x + r * n;
+    Y* yr = y + r * n;
+    C squares = 0;
 #pragma omp simd reduction(+ : squares)
-    for (int64_t j = 0; j < n; ++j) squares += xr[j] * xr[j];
-    const T inv = T(1) / std::sqrt(squares / T(n) + T(eps));
+    for (int64_t j = 0; j < n; ++j) squares += widen(xr[j]) * widen(xr[j]);
+    const C inv = C(1) / std::sqrt(squares / C(n) + C(eps));
     inv_rms[r] = inv;
 #pragma omp simd
-    for (int64_t j = 0; j < n; ++j) yr[j] = (xr[j] * inv) * w[j];
+    for (int64_t j = 0; j < n; ++j) store(yr + j, (widen(xr[j]) * inv) * widen(w[j]));
   }
 }
 
-template <typename T>
-RETORT_ALWAYS_INLINE void rms_backward_rows(const T* __restrict dy, const T* __restrict x,
-                                            const T* __restrict w, const T* __restrict inv_rms,
-                                            T* __restrict dx, T* __restrict dw_partial,
+template <typename DY, typename X, typename W, typename DX, typename C>
+RETORT_ALWAYS_INLINE void rms_backward_rows(const DY* __restrict dy, const X* __restrict x,
+                                            const W* __restrict w, const C* __restrict inv_rms,
+                                            DX* __restrict dx, C* __restrict dw_partial,
                                             int64_t rows, int64_t n) {
   for (int64_t r = 0; r < rows; ++r) {
-    const T *dyr = dy + r * n, *xr = x + r * n;
-    T* dxr = dx + r * n;
-    const T inv = inv_rms[r];
-    T dot = 0;  // sum_j (dy_j w_j) (x_j inv)
+    const DY* dyr = dy + r * n;
+    const X* xr = x + r * n;
+    DX* dxr = dx + r * n;
+    const C inv = inv_rms[r];
+    C dot = 0;  // sum_j (dy_j w_j) (x_j inv)
 #pragma omp simd reduction(+ : dot)
     for (int64_t j = 0; j < n; ++j) {
-      dot += dyr[j] * w[j] * (xr[j] * inv);
-      dw_partial[j] += dyr[j] * (xr[j] * inv);
+      dot += widen(dyr[j]) * widen(w[j]) * (widen(xr[j]) * inv);
+      dw_partial[j] += widen(dyr[j]) * (widen(xr[j]) * inv);
     }
-    const T mean_dot = dot / T(n);
+    const C mean_dot = dot / C(n);
 #pragma omp simd
-    for (int64_t j = 0; j < n; ++j) dxr[j] = inv * (dyr[j] * w[j] - (xr[j] * inv) * mean_dot);
+    for (int64_t j = 0; j < n; ++j)
+      store(dxr + j, inv * (widen(dyr[j]) * widen(w[j]) - (widen(xr[j]) * inv) * mean_dot));
   }
 }
 
@@ -73,7 +77,10 @@ RETORT_ALWAYS_INLINE void swiglu_forward_rows(const T* __restrict gate_up, T* __
     const T* up = gate + n;
     T* o = out + r * n;
 #pragma omp simd
-    for (int64_t i = 0; i < n; ++i) o[i] = gate[i] * sigmoid(gate[i]) * up[i];
+    for (int64_t i = 0; i < n; ++i) {
+      const auto g = widen(gate[i]);
+      store(o + i, g * sigmoid(g) * widen(up[i]));
+    }
   }
 }
 
@@ -88,15 +95,16 @@ RETORT_ALWAYS_INLINE void swiglu_backward_rows(const T* __restrict dy, const T* 
     T* d_up = d_gate + n;
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i) {
-      const T g = gate[i], s = sigmoid(g);
-      d_gate[i] = dyr[i] * up[i] * (s * (T(1) + g * (T(1) - s)));
-      d_up[i] = dyr[i] * (g * s);
+      const auto g = widen(gate[i]);
+      const decltype(g) one = 1, s = sigmoid(g), d = widen(dyr[i]);
+      store(d_gate + i, d * widen(up[i]) * (s * (one + g * (one - s))));
+      store(d_up + i, d * (g * s));
     }
   }
 }
 
-template <typename T>
-RETORT_ALWAYS_INLINE void rope_rows(T* __restrict x, const T* __restrict cos,
+template <typename X, typename T>
+RETORT_ALWAYS_INLINE void rope_rows(X* __restrict x, const T* __restrict cos,
                                     const T* __restrict sin, int64_t row_begin, int64_t row_end,
                                     int64_t row_stride, int64_t seq_len, int64_t heads, int64_t d,
                                     bool inverse) {
@@ -106,13 +114,13 @@ RETORT_ALWAYS_INLINE void rope_rows(T* __restrict x, const T* __restrict cos,
     const T* c = cos + (r % seq_len) * d;
     const T* s = sin + (r % seq_len) * d;
     for (int64_t h = 0; h < heads; ++h) {
-      T* x1 = x + r * row_stride + h * d;
-      T* x2 = x1 + half;
+      X* x1 = x + r * row_stride + h * d;
+      X* x2 = x1 + half;
 #pragma omp simd
       for (int64_t j = 0; j < half; ++j) {
-        const T a = x1[j], b = x2[j];
-        x1[j] = a * c[j] - sign * (b * s[j]);
-        x2[j] = b * c[half + j] + sign * (a * s[half + j]);
+        const T a = widen(x1[j]), b = widen(x2[j]);
+        store(x1 + j, a * c[j] - sign * (b * s[j]));
+        store(x2 + j, b * c[half + j] + sign * (a * s[half + j]));
       }
     }
   }
@@ -231,6 +239,34 @@ RETORT_ISA_VARIANTS(rope_rotate,
                     rope_rows)
 RETORT_ISA_VARIANTS(rope_rotate,
                     (double* x, const double* cos, const double* sin, int64_t row_begin,
+                     int64_t row_end, int64_t row_stride, int64_t seq_len, int64_t heads, int64_t d,
+                     bool inverse),
+                    (x, cos, sin, row_begin, row_end, row_stride, seq_len, heads, d, inverse),
+                    rope_rows)
+
+RETORT_ISA_VARIANTS(rms_norm_forward,
+                    (const Bf16* x, const float* w, Bf16* y, float* inv_rms, int64_t rows,
+                     int64_t n, double eps),
+                    (x, w, y, inv_rms, rows, n, eps), rms_forward_rows)
+RETORT_ISA_VARIANTS(rms_norm_forward,
+                    (const float* x, const float* w, Bf16* y, float* inv_rms, int64_t rows,
+                     int64_t n, double eps),
+                    (x, w, y, inv_rms, rows, n, eps), rms_forward_rows)
+RETORT_ISA_VARIANTS(rms_norm_backward,
+                    (const Bf16* dy, const Bf16* x, const float* w, const float* inv_rms, Bf16* dx,
+                     float* dw_partial, int64_t rows, int64_t n),
+                    (dy, x, w, inv_rms, dx, dw_partial, rows, n), rms_backward_rows)
+RETORT_ISA_VARIANTS(rms_norm_backward,
+                    (const Bf16* dy, const float* x, const float* w, const float* inv_rms,
+                     float* dx, float* dw_partial, int64_t rows, int64_t n),
+                    (dy, x, w, inv_rms, dx, dw_partial, rows, n), rms_backward_rows)
+RETORT_ISA_VARIANTS(swiglu_forward, (const Bf16* gate_up, Bf16* out, int64_t rows, int64_t n),
+                    (gate_up, out, rows, n), swiglu_forward_rows)
+RETORT_ISA_VARIANTS(swiglu_backward,
+                    (const Bf16* dy, const Bf16* gate_up, Bf16* d_gate_up, int64_t rows, int64_t n),
+                    (dy, gate_up, d_gate_up, rows, n), swiglu_backward_rows)
+RETORT_ISA_VARIANTS(rope_rotate,
+                    (Bf16 * x, const float* cos, const float* sin, int64_t row_begin,
                      int64_t row_end, int64_t row_stride, int64_t seq_len, int64_t heads, int64_t d,
                      bool inverse),
                     (x, cos, sin, row_begin, row_end, row_stride, seq_len, heads, d, inverse),

@@ -6,7 +6,25 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/bfloat16.h"
+
 namespace retort::kernels {
+
+// bf16 (kernels/bfloat16.h): RMSNorm, SwiGLU and RoPE also read and write bf16 rows, computing
+// in float32 (weights, RoPE tables and inv_rms float32): a bf16 stream in and out, or (RMSNorm)
+// a float32 stream in and bf16 out, whose backward then takes a bf16 dy and gives a float32 dx.
+void rms_norm_forward(const Bf16* x, const float* w, Bf16* y, float* inv_rms, int64_t rows,
+                      int64_t n, double eps);
+void rms_norm_forward(const float* x, const float* w, Bf16* y, float* inv_rms, int64_t rows,
+                      int64_t n, double eps);
+void rms_norm_backward(const Bf16* dy, const Bf16* x, const float* w, const float* inv_rms,
+                       Bf16* dx, float* dw_partial, int64_t rows, int64_t n);
+void rms_norm_backward(const Bf16* dy, const float* x, const float* w, const float* inv_rms,
+                       float* dx, float* dw_partial, int64_t rows, int64_t n);
+void swiglu_forward(const Bf16* gate_up, Bf16* out, int64_t rows, int64_t n);
+void swiglu_backward(const Bf16* dy, const Bf16* gate_up, Bf16* d_gate_up, int64_t rows, int64_t n);
+void rope_rotate(Bf16* x, const float* cos, const float* sin, int64_t row_begin, int64_t row_end,
+                 int64_t row_stride, int64_t seq_len, int64_t heads, int64_t d, bool inverse);
 
 // y = x * inv_rms * w per row of n; inv_rms[r] = 1 / sqrt(mean(x_r^2) + eps).
 void rms_norm_forward(const float* x, const float* w, float* y, float* inv_rms, int64_t rows,

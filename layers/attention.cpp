@@ -48,12 +48,6 @@ torch::Tensor Attention::forward(const torch::Tensor& x, const torch::Tensor& ro
     qkv = fused_rope_(qkv, rope_cos, rope_sin, (q_width + kv_width) / head_dim_);
     q = heads(qkv.narrow(-1, 0, q_width));
     k = heads(qkv.narrow(-1, q_width, kv_width));
-  } else if (fused_block_parts_widened(kernels, qkv)) {  // 16-bit: rotated in float32
-    const torch::Tensor wide = qkv.to(accumulation_type(qkv));
-    qkv = fused_rope_(wide, rope_cos, rope_sin, (q_width + kv_width) / head_dim_)
-              .to(qkv.scalar_type());
-    q = heads(qkv.narrow(-1, 0, q_width));
-    k = heads(qkv.narrow(-1, q_width, kv_width));
   } else {
     q = apply_rope(heads(qkv.narrow(-1, 0, q_width)), rope_cos, rope_sin);
     k = apply_rope(heads(qkv.narrow(-1, q_width, kv_width)), rope_cos, rope_sin);

@@ -79,12 +79,7 @@ torch::Tensor Block::forward(const torch::Tensor& x, const BlockContext& context
 torch::Tensor Block::forward_parts(const torch::Tensor& x, const BlockContext& context,
                                    CaptureSink* sink) const {
   auto norm = [&](const torch::Tensor& in, const torch::Tensor& weight) {
-    if (!context.compute_type)
-      return fused_block_parts(context.kernels, in) ? fused_rms_norm(in, weight, norm_eps_)
-                                                    : rms_norm(in, weight, norm_eps_);
-    // A float32 stream: normalised in float32 by the weight's compute-type value (as every
-    // weight is used), the result cast to the compute type once.
-    return wide_rms_norm(context.kernels, in, weight, *context.compute_type, norm_eps_);
+    return stream_rms_norm(context.kernels, in, weight, context.compute_type, norm_eps_);
   };
   torch::Tensor mixer =
       attention_.forward(tp_.enter_column(norm(x, attn_norm_)), context.rope_cos, context.rope_sin,

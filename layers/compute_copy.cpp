@@ -5,6 +5,7 @@
 #include <mutex>
 #include <vector>
 
+#include "common/memory_category.h"
 #include "layers/parallel_linear.h"
 
 namespace retort::layers {
@@ -78,6 +79,7 @@ torch::Tensor cached_copy(at::TensorList weights, torch::ScalarType type) {
          w._version()});
   {
     torch::NoGradGuard no_grad;
+    MemoryScope memory(MemoryCategory::compute_weights);
     // A new tensor, never the old one overwritten: a backward may still hold the old values.
     const torch::Tensor source = weights.size() == 1 ? weights[0] : stacked_rows(weights);
     copy.value = torch::empty(source.sizes(), source.options().dtype(type)).copy_(source);

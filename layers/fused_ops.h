@@ -11,29 +11,38 @@
 #pragma once
 #include <torch/torch.h>
 
+#include <optional>
+
 #include "layers/kernel_policy.h"
 
 namespace retort::layers {
 
-// Same maths as rms_norm() in functional.h.
-torch::Tensor fused_rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
+// Same maths as rms_norm() in functional.h, the result in out_type (default x's). Our loops
+// take x and weight alike in float or double, and bf16 rows (x bf16, or a float32 stream x
+// with a bf16 result) with a float32 weight, computing in float32; anything else is composed.
+torch::Tensor fused_rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps,
+                             std::optional<torch::ScalarType> out_type = std::nullopt);
 
-// RMSNorm of a float32 (or wider) residual stream x by the weight's `compute`-type value, the
-// result in `compute` (rounded once): by fused_rms_norm where the policy and dispatch allow it,
-// else by rms_norm.
-torch::Tensor wide_rms_norm(const KernelPolicy& policy, const torch::Tensor& x,
-                            const torch::Tensor& weight, torch::ScalarType compute, double eps);
+// A block's RMSNorm of the residual stream x, the result in `compute` (the products' type;
+// unset: x's), with the weight entering at its value in that type (as every weight does under
+// mixed precision): by fused_rms_norm where the policy and the dispatch send x to our loops,
+// else composed.
+torch::Tensor stream_rms_norm(const KernelPolicy& policy, const torch::Tensor& x,
+                              const torch::Tensor& weight, std::optional<torch::ScalarType> compute,
+                              double eps);
 
 // silu(gate) * up from gate_up [..., 2n] = [gate | up] (the output of one matrix product by
 // the stacked gate and up weights) -> [..., n]. Backward writes the gradient packed the same
 // way, so the one product's backward takes it whole.
+// float, double or bf16 (computed in float32).
 torch::Tensor fused_swiglu_packed(const torch::Tensor& gate_up);
 
 // Applies RoPE in place to the first `rotated_heads` heads (all when -1) of x [batch, seq,
 // heads * head_dim] or [batch, seq, heads, head_dim] (position = index along seq; a packed
 // q|k|v projection output rotates its q and k heads and leaves v), and returns x. In place
 // when x may be overwritten (not a leaf that requires grad; the projection's output is never
-// saved by its own backward). cos and sin are the [seq, head_dim] tables of rope_tables().
+// saved by its own backward). cos and sin are the [seq, head_dim] tables of rope_tables(), of
+// x's type, or float32 for a bf16 x (rotated in float32, rounded once).
 torch::Tensor fused_rope_(torch::Tensor x, const torch::Tensor& cos, const torch::Tensor& sin,
                           int64_t rotated_heads = -1);
 

@@ -4,7 +4,6 @@
 #include <torch/torch.h>
 
 #include "kernels/dispatch.h"
-#include "layers/accumulation_type.h"
 #include "layers/kernel_policy.h"
 
 namespace retort::layers {
@@ -21,15 +20,6 @@ inline bool runs_our_loops(kernels::Operation op, const torch::Tensor& t, int64_
 // dispatch sends tensors like x to our row loops.
 inline bool fused_block_parts(const KernelPolicy& policy, const torch::Tensor& x) {
   return policy.fused && runs_our_loops(kernels::Operation::block_row_loops, x);
-}
-
-// For 16-bit x: whether those loops run on x's values widened to float32 (then rounded back
-// once), where the dispatch sends float32 tensors like x to them.
-inline bool fused_block_parts_widened(const KernelPolicy& policy, const torch::Tensor& x) {
-  const torch::ScalarType wide = accumulation_type(x);
-  return policy.fused && wide != x.scalar_type() &&
-         runs_our_loops(kernels::Operation::block_row_loops,
-                        torch::empty({0}, x.options().dtype(wide)));
 }
 
 }  // namespace retort::layers

@@ -27,11 +27,6 @@ torch::Tensor SwiGluMlp::forward(const torch::Tensor& x, const RecomputePolicy& 
     product = [](const std::vector<torch::Tensor>& in) {
       return std::vector<torch::Tensor>{fused_swiglu_packed(in[0])};
     };
-  } else if (fused_block_parts_widened(kernels, x)) {  // 16-bit: the loop in float32
-    product = [](const std::vector<torch::Tensor>& in) {
-      const torch::Tensor wide = in[0].to(accumulation_type(in[0]));
-      return std::vector<torch::Tensor>{fused_swiglu_packed(wide).to(in[0].scalar_type())};
-    };
   } else {
     product = [](const std::vector<torch::Tensor>& in) {
       const int64_t width = in[0].size(-1) / 2;

@@ -68,14 +68,9 @@ torch::Tensor LlamaModel::run_blocks(torch::Tensor x, int64_t seq_len, CaptureSi
 
 torch::Tensor LlamaModel::head_input(const torch::Tensor& hidden) const {
   TORCH_CHECK(stage_.head, "the LM head runs on the last pipeline stage only");
-  if (compute_type_ && compute_type_ != residual_type_) {  // as the blocks' norms (block.cpp)
-    return tp_.enter_column(
-        wide_rms_norm(kernels_, hidden, final_norm_, *compute_type_, config_.norm_eps));
-  }
-  torch::Tensor normed = fused_block_parts(kernels_, hidden)
-                             ? fused_rms_norm(hidden, final_norm_, config_.norm_eps)
-                             : rms_norm(hidden, final_norm_, config_.norm_eps);
-  return tp_.enter_column(normed);
+  // As the blocks' norms (block.cpp): the result in the products' type.
+  return tp_.enter_column(
+      stream_rms_norm(kernels_, hidden, final_norm_, compute_type_, config_.norm_eps));
 }
 
 torch::Tensor LlamaModel::unmasked_logits(const torch::Tensor& hidden) const {

@@ -11,6 +11,8 @@
 
 #include "engine/optim/adamw.h"
 #include "layers/compute_copy.h"
+#include "layers/functional.h"
+#include "layers/fused_ops.h"
 #include "layers/model.h"
 
 using namespace retort;
@@ -59,6 +61,60 @@ TEST(MixedPrecision, ComputeCopyFollowsEveryChangeOfTheMainWeight) {
   }
   EXPECT_TRUE(same_values(stacked_weights_in({w, w2}, torch::kBFloat16),
                           torch::cat({w, w2}).detach().to(torch::kBFloat16)));
+}
+
+// |got - exact| <= 2^-8 |exact| + floor per element: one rounding to bf16 (half an ulp, 2^-9
+// relative) of a float32 result whose own error is far smaller; floor covers the float32 error
+// of results that cancel to near zero (scaled to the largest exact value).
+void expect_rounded_once(const torch::Tensor& got, const torch::Tensor& exact, const char* what) {
+  ASSERT_EQ(got.scalar_type(), torch::kBFloat16) << what;
+  const torch::Tensor error = (got.to(torch::kDouble) - exact).abs();
+  const torch::Tensor allowed = exact.abs() * kUnitRoundOff + 1e-5 * exact.abs().max();
+  EXPECT_TRUE((error <= allowed).all().item<bool>())
+      << what << ": worst excess " << (error - allowed).max().item<double>();
+}
+
+TEST(MixedPrecision, BFloat16RowLoopsRoundFloat64ResultsOnce) {
+  torch::manual_seed(11);
+  const auto bf16 = torch::kBFloat16;
+  const torch::Tensor x = torch::randn({3, 16, 64}).to(bf16).requires_grad_();
+  const torch::Tensor w =
+      (1 + 0.1 * torch::randn({64})).to(bf16).to(torch::kFloat).requires_grad_();
+  const torch::Tensor dy = torch::randn({3, 16, 64}).to(bf16);
+  // RMSNorm of bf16 rows, and of a float32 stream into bf16.
+  for (const torch::ScalarType stream : {bf16, torch::kFloat}) {
+    const torch::Tensor xs = x.detach().to(stream).requires_grad_();
+    const torch::Tensor y = fused_rms_norm(xs, w, 1e-5, bf16);
+    y.backward(dy);
+    const torch::Tensor x64 = xs.detach().to(torch::kDouble).requires_grad_();
+    const torch::Tensor w64 = w.detach().to(torch::kDouble).requires_grad_();
+    const torch::Tensor y64 = x64 * torch::rsqrt(x64.pow(2).mean(-1, true) + 1e-5) * w64;
+    y64.backward(dy.to(torch::kDouble));
+    expect_rounded_once(y, y64, "rms_norm forward");
+    expect_rounded_once(xs.grad().to(bf16), x64.grad(), "rms_norm input gradient");
+    EXPECT_EQ(xs.grad().scalar_type(), stream);
+    EXPECT_LE((w.grad().to(torch::kDouble) - w64.grad()).abs().max().item<double>(),
+              1e-5 * w64.grad().abs().max().item<double>());  // summed in float32
+    w.mutable_grad() = torch::Tensor();
+  }
+  // SwiGLU on packed bf16 gate|up.
+  const torch::Tensor gate_up = torch::randn({2, 16, 2 * 48}).to(bf16).requires_grad_();
+  const torch::Tensor out = fused_swiglu_packed(gate_up);
+  const torch::Tensor d_out = torch::randn({2, 16, 48}).to(bf16);
+  out.backward(d_out);
+  const torch::Tensor g64 = gate_up.detach().to(torch::kDouble).requires_grad_();
+  const torch::Tensor out64 = torch::silu(g64.narrow(-1, 0, 48)) * g64.narrow(-1, 48, 48);
+  out64.backward(d_out.to(torch::kDouble));
+  expect_rounded_once(out, out64, "swiglu forward");
+  expect_rounded_once(gate_up.grad(), g64.grad(), "swiglu gradient");
+  // RoPE in place on bf16 rows by float32 tables.
+  auto [cos, sin] = rope_tables(16, 32, 10000.0, 0, torch::dtype(torch::kFloat));
+  const torch::Tensor q = torch::randn({2, 16, 4 * 32}).to(bf16);
+  const torch::Tensor rotated = fused_rope_(q.clone(), cos, sin);
+  const torch::Tensor per_head = q.to(torch::kDouble).view({2, 16, 4, 32}).transpose(1, 2);
+  const torch::Tensor rotated64 =
+      apply_rope(per_head, cos.to(torch::kDouble), sin.to(torch::kDouble)).transpose(1, 2);
+  expect_rounded_once(rotated, rotated64.reshape({2, 16, 128}), "rope");
 }
 
 ModelConfig small_model() {
