@@ -46,13 +46,21 @@ inline torch::Tensor zeroed_whole_gradient(HeadGradSink* sink, const torch::Tens
   return torch::zeros(weight.sizes(), weight.options().dtype(type));
 }
 
-// grad += a^T b, summed in grad's type: a 16-bit product is rounded once, then added.
+// grad += a^T b, summed in grad's type: a 16-bit product is rounded once, then added. The
+// 16-bit product is formed a block of grad's rows at a time, so its temporaries (the product
+// and the BLAS's float32 result behind it) stay a few MB, not two more copies of a [vocab, h]
+// head gradient.
 inline void add_transposed_product(torch::Tensor& grad, const torch::Tensor& a,
                                    const torch::Tensor& b) {
-  if (grad.scalar_type() == a.scalar_type())
+  if (grad.scalar_type() == a.scalar_type()) {
     grad.addmm_(a.t(), b);
-  else
-    grad.add_(torch::mm(a.t(), b));
+    return;
+  }
+  const int64_t rows = grad.size(0), block = std::max<int64_t>(256, (int64_t(1) << 20) / b.size(1));
+  for (int64_t row = 0; row < rows; row += block) {
+    const int64_t count = std::min(block, rows - row);
+    grad.narrow(0, row, count).add_(torch::mm(a.narrow(1, row, count).t(), b));
+  }
 }
 
 // sum += a b, summed in sum's type (as above).
