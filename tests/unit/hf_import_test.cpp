@@ -9,6 +9,9 @@
 //    (json + struct) and the logits of its own plain-torch forward, for what transformers does
 //    not write here: an untied head across three shard files and bf16 weights. Export then
 //    import gives byte-identical tensors.
+// And bf16 mixed precision: a bf16 checkpoint loads into a bf16 store (a teacher's) with no
+// float32 copy on the way, by the tracked peak; a student's float32 main weights exported as
+// bf16 reload to the logits the student computes in bf16.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -18,6 +21,7 @@
 
 #include "engine/hf/hf_export.h"
 #include "engine/hf/hf_model.h"
+#include "engine/observe/memory_tracker.h"
 #include "layers/model.h"
 #include "tests/support/scratch_dir.h"
 
@@ -161,4 +165,62 @@ TEST(HfImport, ExportThenImportGivesByteIdenticalTensors) {
     EXPECT_EQ(again.qkv_bias, hf::read_hf_config(dir).qkv_bias) << variant;
     EXPECT_EQ(again.tied_embeddings, hf::read_hf_config(dir).tied_embeddings) << variant;
   }
+}
+
+TEST(HfImport, BFloat16CheckpointLoadsIntoBFloat16WithoutAFloat32Copy) {
+  engine::MemoryTracker& memory = engine::MemoryTracker::install();
+  const std::string dir = make_reference("llama_bf16");
+  const layers::ModelConfig config = hf::read_hf_config(dir);
+  layers::ParameterStore store(0, torch::kBFloat16);
+  layers::LlamaModel model(config, store);
+  int64_t store_bytes = 0, largest = 0;
+  for (const layers::Parameter& p : store.all()) {
+    store_bytes += p.value.nbytes();
+    largest = std::max<int64_t>(largest, p.value.nbytes());
+  }
+  const int64_t before = memory.current_bytes();
+  memory.reset_peak();
+  hf::load_hf_parameters(dir, config, store, {});
+  // One tensor at a time passes through, in bf16: the bytes read and at most one copy of
+  // them (the vocabulary padding's), at most twice the largest tensor's bf16 bytes. A float32
+  // copy would sit beside the bytes read: three times at least.
+  const int64_t extra = memory.peak_bytes() - before;
+  EXPECT_LE(extra, 2 * largest) << "store " << store_bytes << " B";
+  for (const layers::Parameter& p : store.all())
+    EXPECT_EQ(p.value.scalar_type(), torch::kBFloat16) << p.spec.name;
+  // And the bf16 model gives the reference logits within bf16 round-off of the logits scale.
+  torch::NoGradGuard no_grad;
+  const torch::Tensor tokens = reference_tensor(dir, "tokens", torch::kLong);
+  const torch::Tensor want = reference_tensor(dir, "logits", torch::kFloat);
+  const torch::Tensor got = model.forward(tokens).narrow(-1, 0, config.vocab_size).to(torch::kFloat);
+  EXPECT_LT((got - want).abs().max().item<double>(), 4.0 / 256 * want.abs().max().item<double>());
+}
+
+TEST(HfExport, BFloat16ExportOfMainWeightsReloadsToTheMixedPrecisionLogits) {
+  const std::string dir = make_reference("llama_gqa_tied");
+  const fs::path work = test_dir();
+  hf::import_hf(dir, (work / "imported").string());
+  hf::ExportOptions options;
+  options.dtype = hf::StDtype::BF16;
+  hf::export_hf((work / "imported").string(), (work / "exported").string(), options);
+  const layers::ModelConfig config = hf::read_hf_config(dir);
+  // The student: float32 main weights computing in bf16.
+  layers::ParameterStore main(0, torch::kFloat);
+  layers::LlamaModel student(config, main);
+  student.set_types(torch::kBFloat16, torch::kBFloat16);
+  hf::load_hf_parameters(dir, config, main, {});
+  // The export, reloaded as bf16 weights.
+  layers::ParameterStore exported(0, torch::kBFloat16);
+  layers::LlamaModel reloaded(config, exported);
+  hf::load_hf_parameters((work / "exported").string(), config, exported, {});
+  torch::NoGradGuard no_grad;
+  const torch::Tensor tokens = reference_tensor(dir, "tokens", torch::kLong);
+  const torch::Tensor a = student.forward(tokens).to(torch::kFloat);
+  const torch::Tensor b = reloaded.forward(tokens).to(torch::kFloat);
+  // Both compute with the same bf16 values (the student's compute copies are its main weights
+  // rounded to nearest once, as the export is) through the same operations: the same logits.
+  const torch::Tensor real_a = a.narrow(-1, 0, config.vocab_size);
+  const torch::Tensor real_b = b.narrow(-1, 0, config.vocab_size);
+  EXPECT_TRUE(torch::equal(real_a, real_b))
+      << "largest difference " << (real_a - real_b).abs().max().item<double>();
 }
