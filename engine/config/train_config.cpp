@@ -109,6 +109,10 @@ TrainConfig make_train_config(const Config& source, int world_size) {
   require(schedule.min_lr <= schedule.lr, "optimizer.min_lr must not exceed optimizer.lr");
   if (schedule.decay_steps == 0) schedule.decay_steps = config.training.steps;
 
+  require(
+      config.parallel.dp_reduce_dtype == ReduceDType::float32 || config.dtype == DType::bfloat16,
+      "parallel.dp_reduce_dtype: bfloat16 needs model.dtype: bfloat16 (it is " +
+          enum_name(config.dtype) + ")");
   const OptimizerConfig& optimizer = config.optimizer;
   require(!optimizer.in_backward || optimizer.grad_clip == 0,
           "optimizer.in_backward: true steps each parameter before the global gradient norm is "

@@ -24,6 +24,7 @@ namespace retort::engine {
 
 RETORT_NAMED_ENUM(DType, float32, float64, bfloat16)
 RETORT_NAMED_ENUM(Device, cpu, cuda)
+RETORT_NAMED_ENUM(ReduceDType, float32, bfloat16)
 RETORT_NAMED_ENUM(KernelChoice, automatic, aten)
 
 #define RETORT_TRAINING_KEYS(KEY)                                                                  \
@@ -97,7 +98,10 @@ struct DistillSettings {
       "data-parallel gradient bucket size (MB); a full bucket is reduced during backward")  \
   KEY(bool, dp_shared_memory, "parallel.dp_shared_memory", true, 0, 0,                      \
       "sum data-parallel gradients through shared memory when all DP ranks share a node "   \
-      "(not under ZeRO-1); false = MPI all-reduce")
+      "(not under ZeRO-1); false = MPI all-reduce")                                         \
+  KEY(ReduceDType, dp_reduce_dtype, "parallel.dp_reduce_dtype", ReduceDType::float32, 0, 0, \
+      "type the DP gradient sums travel in over MPI (bfloat16: half the bytes, each "       \
+      "rank's part rounded once, summed in float32)")
 
 struct ParallelConfig {
   RETORT_PARALLEL_KEYS(RETORT_FIELD)

@@ -51,6 +51,10 @@ struct GradSyncOptions {
   // The DP all-reduce through shared memory (parallel/shared_reduction.h) when every DP rank
   // runs on this node; otherwise, and under ZeRO-1, MPI.
   bool shared_memory = true;
+  // The type the buckets travel in over MPI: bfloat16 halves the bytes (Megatron-LM's
+  // grad_reduce_in_fp32=false); the communicator sums bf16 in float32 and rounds once, and the
+  // sum returns to the float32 gradients. The shared-memory sum stays float32 (no wire).
+  torch::ScalarType reduce_dtype = torch::kFloat;
   // Parameters whose gradient reaches the optimizer another way (HeadRowStepper): no bucket;
   // their grad-ready event during the last backward, and finish(), call on_streamed_ready.
   std::vector<size_t> streamed;

@@ -101,6 +101,8 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
   GradSyncOptions sync;
   sync.bucket_bytes = static_cast<int64_t>(config_.parallel.dp_bucket_mb * 1e6);
   sync.shared_memory = config_.parallel.dp_shared_memory;
+  if (config_.parallel.dp_reduce_dtype == ReduceDType::bfloat16)
+    sync.reduce_dtype = torch::kBFloat16;
   sync.zero = config_.optimizer.zero_stage == 1;
   sync.tied_embeddings = config_.model.tied_embeddings;
   sync.complete_in_backward = config_.optimizer.in_backward;

@@ -119,6 +119,8 @@ if wanted config; then
   expect "empty choice (found by fuzz_config)" "optimizer.schedule = '' is not one of: cosine" -- \
     "$train" "$work/empty_choice.yaml" "${base[@]}"
   expect "missing config" "cannot open config file '$work/none.yaml'" -- "$train" "$work/none.yaml"
+  expect "bf16 DP sums without bf16" "parallel.dp_reduce_dtype: bfloat16 needs model.dtype: bfloat16" -- \
+    "$train" "$configs/tiny.yaml" "${base[@]}" parallel.dp_reduce_dtype=bfloat16
   expect "malformed override" "malformed override 'training.steps'" -- \
     "$train" "$configs/tiny.yaml" "${base[@]}" training.steps
   expect "override of unknown key" "did you mean 'optimizer.lr'" -- \

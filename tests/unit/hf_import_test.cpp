@@ -192,7 +192,8 @@ TEST(HfImport, BFloat16CheckpointLoadsIntoBFloat16WithoutAFloat32Copy) {
   torch::NoGradGuard no_grad;
   const torch::Tensor tokens = reference_tensor(dir, "tokens", torch::kLong);
   const torch::Tensor want = reference_tensor(dir, "logits", torch::kFloat);
-  const torch::Tensor got = model.forward(tokens).narrow(-1, 0, config.vocab_size).to(torch::kFloat);
+  const torch::Tensor got =
+      model.forward(tokens).narrow(-1, 0, config.vocab_size).to(torch::kFloat);
   EXPECT_LT((got - want).abs().max().item<double>(), 4.0 / 256 * want.abs().max().item<double>());
 }
 
