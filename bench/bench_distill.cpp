@@ -14,7 +14,8 @@
 // printed: a best-of-rounds ratio rests on the luckiest LM-only round, and this machine's
 // speed moves by 5-20% between minutes (the sequence benchmark measures the same way).
 // Every mode is the real Trainer on random tokens, built from config assignments.
-// Usage: bench_distill [steps=4] [threads=cores] [narrow]
+// Usage: bench_distill [steps=4] [threads=cores] [narrow] [key=value ...] (keys added to every
+// mode, e.g. model.dtype=bfloat16)
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -28,6 +29,7 @@
 #include "bench_args.h"
 #include "bench_setup.h"
 #include "common/compute_threads.h"
+#include "common/user_error.h"
 #include "engine/observe/memory_tracker.h"
 #include "engine/train/trainer.h"
 
@@ -57,12 +59,24 @@ int measure(int argc, char** argv) {
       int(bench::count_argument(argc, argv, 2, "threads", std::thread::hardware_concurrency()));
   set_compute_threads(threads);
   engine::MemoryTracker& memory = engine::MemoryTracker::install();
-  const bool narrow = argc > 3 && std::string(argv[3]) == "narrow";
+  bool narrow = false;
+  std::vector<std::string> user_keys;  // key=value arguments: added to every mode
+  for (int i = 3; i < argc; ++i) {
+    const std::string argument = argv[i];
+    if (argument == "narrow")
+      narrow = true;
+    else if (argument.find('=') != std::string::npos)
+      user_keys.push_back(argument);
+    else
+      throw UserError("bench_distill: argument '" + argument +
+                      "' is neither 'narrow' nor a key=value assignment");
+  }
   const int64_t teacher_layers = 8, student_layers = narrow ? 6 : 4;
   const std::string dir =
       (std::filesystem::temp_directory_path() / "retort_bench_distill").string();
   std::vector<std::string> common = bench::measured_run_keys(dir, steps);
   for (const char* key : {"distill.chunk_tokens=192", "teacher.seed=2"}) common.push_back(key);
+  common.insert(common.end(), user_keys.begin(), user_keys.end());
   for (const auto& keys :
        {narrow ? shape("model", 384, 6, 6, 1024) : shape("model", 512, 4, 8, 1376),
         shape("teacher", 512, teacher_layers, 8, 1376)})

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "kernels/mixed_gemm.h"
 #include "layers/accumulation_type.h"
 #include "layers/grad_destinations.h"
 
@@ -46,14 +47,27 @@ inline torch::Tensor zeroed_whole_gradient(HeadGradSink* sink, const torch::Tens
   return torch::zeros(weight.sizes(), weight.options().dtype(type));
 }
 
-// grad += a^T b, summed in grad's type: a 16-bit product is rounded once, then added. The
-// 16-bit product is formed a block of grad's rows at a time, so its temporaries (the product
-// and the BLAS's float32 result behind it) stay a few MB, not two more copies of a [vocab, h]
-// head gradient.
+// grad += a^T b, summed in grad's type. A bf16 product into a float32 sum goes through the
+// BLAS's mixed product where the process has one (kernels/mixed_gemm.h): formed in float32 and
+// added in the same call. Otherwise a 16-bit product is rounded once, then added, a block of
+// grad's rows at a time, so its temporaries (the product and the BLAS's float32 result behind
+// it) stay a few MB, not two more copies of a [vocab, h] head gradient.
 inline void add_transposed_product(torch::Tensor& grad, const torch::Tensor& a,
                                    const torch::Tensor& b) {
   if (grad.scalar_type() == a.scalar_type()) {
     grad.addmm_(a.t(), b);
+    return;
+  }
+  const bool mixed = grad.scalar_type() == torch::kFloat && a.scalar_type() == torch::kBFloat16 &&
+                     b.scalar_type() == torch::kBFloat16 && grad.device().is_cpu() &&
+                     a.dim() == 2 && b.dim() == 2 && grad.dim() == 2 && a.stride(1) == 1 &&
+                     b.stride(1) == 1 && grad.stride(1) == 1 && kernels::bf16_gemm_f32_available();
+  if (mixed) {
+    kernels::bf16_gemm_f32(
+        /*trans_a=*/true, /*trans_b=*/false, grad.size(0), grad.size(1), a.size(0), 1.0f,
+        reinterpret_cast<const kernels::Bf16*>(a.data_ptr<at::BFloat16>()), a.stride(0),
+        reinterpret_cast<const kernels::Bf16*>(b.data_ptr<at::BFloat16>()), b.stride(0), 1.0f,
+        grad.data_ptr<float>(), grad.stride(0));
     return;
   }
   const int64_t rows = grad.size(0), block = std::max<int64_t>(256, (int64_t(1) << 20) / b.size(1));

@@ -141,7 +141,7 @@ struct LoggingConfig {
   KEY(int64_t, seed, "seed", 1234, 0, 9.2e18, "seed for initialisation and data order")          \
   KEY(DType, dtype, "model.dtype", DType::float32, 0, 0,                                         \
       "compute dtype; bfloat16: float32 main weights, gradients and optimizer state")            \
-  KEY(bool, fp32_residual, "model.fp32_residual", true, 0, 0,                                    \
+  KEY(bool, fp32_residual, "model.fp32_residual", false, 0, 0,                                   \
       "bfloat16 only: the residual stream (and pipeline messages) in float32")
 
 struct TrainConfig {

@@ -125,6 +125,18 @@ TEST(Trainer, ResumeEqualsUninterruptedRun) {
   expect_resume_equals_uninterrupted("plain", {}, {}, {});
 }
 
+// bf16 mixed precision: checkpoints hold the float32 main weights and AdamW state, and the
+// bf16 compute copies are cast again from them, so the resumed run is the uninterrupted one
+// bit for bit; with the optimizer inside backward and the tied head too.
+TEST(Trainer, ResumeIsExactInBFloat16) {
+  const std::vector<std::string> bf16 = {"model.dtype=bfloat16"};
+  expect_resume_equals_uninterrupted("bf16", bf16, bf16, bf16);
+  const std::vector<std::string> in_backward = {"model.dtype=bfloat16", "optimizer.grad_clip=0",
+                                                "optimizer.in_backward=true",
+                                                "model.tied_embeddings=true"};
+  expect_resume_equals_uninterrupted("bf16_in_backward", in_backward, in_backward, in_backward);
+}
+
 // The optimizer step inside backward (2 micro-batches accumulated per step) stores the same
 // optimizer state, so it resumes exactly, and can be switched on or off at resume.
 TEST(Trainer, ResumeWithOptimizerInBackward) {
