@@ -184,8 +184,7 @@ void GradientSync::launch(Bucket& bucket) {
     shared_->start(index_of(bucket), grads_of(params));
   } else if (mesh_.dp().size() > 1) {
     bucket.flat = flatten(grads_of(params));
-    if (options_.reduce_dtype != bucket.flat.scalar_type())
-      bucket.flat = bucket.flat.to(options_.reduce_dtype);
+    if (options_.reduce_dtype) bucket.flat = bucket.flat.to(*options_.reduce_dtype);
     if (zero_) {
       torch::Tensor mine =
           torch::empty({bucket.owner_counts[mesh_.dp().rank()]}, bucket.flat.options());

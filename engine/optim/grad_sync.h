@@ -26,6 +26,7 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "engine/optim/grad_hooks.h"
@@ -54,7 +55,8 @@ struct GradSyncOptions {
   // The type the buckets travel in over MPI: bfloat16 halves the bytes (Megatron-LM's
   // grad_reduce_in_fp32=false); the communicator sums bf16 in float32 and rounds once, and the
   // sum returns to the float32 gradients. The shared-memory sum stays float32 (no wire).
-  torch::ScalarType reduce_dtype = torch::kFloat;
+  // Unset: the gradients' own type.
+  std::optional<torch::ScalarType> reduce_dtype;
   // Parameters whose gradient reaches the optimizer another way (HeadRowStepper): no bucket;
   // their grad-ready event during the last backward, and finish(), call on_streamed_ready.
   std::vector<size_t> streamed;
