@@ -10,11 +10,15 @@ namespace retort::engine {
 
 MemoryEstimate estimate_memory(const TrainConfig& c) {
   const layers::ModelConfig& m = c.model;
+  // Main weights, gradients and AdamW state in float64 or float32; under bf16 mixed precision
+  // the weights' bf16 copies come on top and the activations take 2 bytes.
+  const bool bf16 = c.dtype == DType::bfloat16;
   const int64_t bytes = c.dtype == DType::float64 ? 8 : 4;
+  const int64_t activation_bytes = bf16 ? 2 : bytes;
   const int64_t shards = c.layout.tensor * c.layout.pipeline;
   const int64_t params = m.parameter_count() / shards;
   MemoryEstimate e;
-  e.weights = params * bytes;
+  e.weights = params * (bytes + (bf16 ? 2 : 0));
   e.gradients = params * bytes;
   e.optimizer = 2 * params * bytes;
   // Saved for backward per token and layer: the block's inputs and normed inputs, q, k, v
@@ -26,7 +30,7 @@ MemoryEstimate estimate_memory(const TrainConfig& c) {
   const int64_t per_token = m.layers * per_token_layer / shards + 3 * m.vocab_size;
   // Under 1F1B the first stage keeps up to p micro-batches in flight.
   const int64_t in_flight = std::min<int64_t>(c.layout.pipeline, c.accumulation_steps());
-  e.activations = in_flight * c.training.micro_batch * s * per_token * bytes;
+  e.activations = in_flight * c.training.micro_batch * s * per_token * activation_bytes;
   return e;
 }
 

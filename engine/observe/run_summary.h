@@ -8,6 +8,7 @@
 
 namespace retort::engine {
 
+// weights: the main weights, and under bf16 mixed precision their bf16 copies too.
 struct MemoryEstimate {
   int64_t weights = 0, gradients = 0, optimizer = 0, activations = 0;
   int64_t total() const { return weights + gradients + optimizer + activations; }

@@ -6,6 +6,7 @@
 
 #include "common/user_error.h"
 #include "engine/config/train_config.h"
+#include "engine/observe/run_summary.h"
 
 using namespace retort;
 using namespace retort::engine;
@@ -148,21 +149,34 @@ TEST(ConfigKeys, EveryKindOfValueReachesTrainConfig) {
   const TrainConfig defaults = make_train_config(Config::load("", {"data.paths=[x]"}), 1);
   EXPECT_EQ(defaults.optimizer.schedule.shape, LrShape::cosine);
   EXPECT_EQ(defaults.optimizer.schedule.decay_steps, defaults.training.steps);  // 0 = steps
-  EXPECT_EQ(defaults.parallel.data.value, 0);                                  // auto
+  EXPECT_EQ(defaults.parallel.data.value, 0);                                   // auto
   EXPECT_EQ(defaults.layout.data, 1);
   EXPECT_EQ(defaults.dtype, DType::float32);
   EXPECT_EQ(defaults.model.hidden, layers::ModelConfig().hidden);
 
-  const TrainConfig t = make_train_config(
-      Config::load("", {"data.paths=[x, y]", "data.weights=[2, 1]", "optimizer.schedule=linear",
-                        "optimizer.lr=0.5", "optimizer.min_lr=0.25", "optimizer.decay_steps=7",
-                        "distill.logit_loss=soft_ce", "distill.activation_loss=cosine",
-                        "distill.logit_weight=1", "distill.temperature=2.5",
-                        "distill.scale_t2=false", "model.dtype=float64", "runtime.device=cuda",
-                        "parallel.data=1", "model.layers=3", "model.layer_windows=[3, 0, 5]",
-                        "teacher.hidden=96", "teacher.heads=6", "teacher.kv_heads=3",
-                        "model.freeze=[embed.*]", "runtime.threads=3", "seed=77"}),
-      1);
+  const TrainConfig t = make_train_config(Config::load("", {"data.paths=[x, y]",
+                                                            "data.weights=[2, 1]",
+                                                            "optimizer.schedule=linear",
+                                                            "optimizer.lr=0.5",
+                                                            "optimizer.min_lr=0.25",
+                                                            "optimizer.decay_steps=7",
+                                                            "distill.logit_loss=soft_ce",
+                                                            "distill.activation_loss=cosine",
+                                                            "distill.logit_weight=1",
+                                                            "distill.temperature=2.5",
+                                                            "distill.scale_t2=false",
+                                                            "model.dtype=float64",
+                                                            "runtime.device=cuda",
+                                                            "parallel.data=1",
+                                                            "model.layers=3",
+                                                            "model.layer_windows=[3, 0, 5]",
+                                                            "teacher.hidden=96",
+                                                            "teacher.heads=6",
+                                                            "teacher.kv_heads=3",
+                                                            "model.freeze=[embed.*]",
+                                                            "runtime.threads=3",
+                                                            "seed=77"}),
+                                          1);
   EXPECT_EQ(t.data.paths, (std::vector<std::string>{"x", "y"}));
   EXPECT_EQ(t.data.weights, (std::vector<double>{2, 1}));
   EXPECT_EQ(t.optimizer.schedule.shape, LrShape::linear);
@@ -186,9 +200,25 @@ TEST(ConfigKeys, EveryKindOfValueReachesTrainConfig) {
   EXPECT_TRUE(t.distill.teacher_shape_given);
   EXPECT_EQ(t.params.freeze, (std::vector<std::string>{"embed.*"}));
 
-  const std::string e =
-      error_of([&] { Config::load("", {"data.paths=[x]", "optimizer.schedule=cosin"}); });
+  const std::string e = error_of([&] {
+    Config::load("", {"data.paths=[x]", "optimizer.schedule=cosin"});
+  });
   EXPECT_NE(e.find("optimizer.schedule = 'cosin' is not one of: cosine, linear, constant"),
             std::string::npos)
       << e;
+}
+
+// --dry-run's estimate under bf16 mixed precision: the float32 main weights plus their bf16
+// copies (6 bytes a parameter against 4), gradients and AdamW state as in fp32, activations in
+// 2 bytes against 4.
+TEST(DryRun, BFloat16EstimateCountsTheCopiesAndHalvesTheActivations) {
+  auto config = [](const std::string& dtype) {
+    return make_train_config(Config::load("", {"data.paths=[x]", "model.dtype=" + dtype}), 1);
+  };
+  const MemoryEstimate fp32 = estimate_memory(config("float32"));
+  const MemoryEstimate bf16 = estimate_memory(config("bfloat16"));
+  EXPECT_EQ(bf16.weights * 2, fp32.weights * 3);
+  EXPECT_EQ(bf16.gradients, fp32.gradients);
+  EXPECT_EQ(bf16.optimizer, fp32.optimizer);
+  EXPECT_EQ(bf16.activations * 2, fp32.activations);
 }
