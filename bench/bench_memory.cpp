@@ -38,6 +38,7 @@ namespace {
 struct Measured {
   double tokens_per_s = 0;
   engine::MemorySplit peak;
+  int64_t activations_peak = 0;  // the activations' own peak, wherever the device peak fell
   int64_t host_peak = 0;
   int64_t trainable_bytes = 0;
   int64_t parameter_count = 0;  // the student's
@@ -81,6 +82,7 @@ Measured measure_run(const std::vector<std::string>& assignments, int steps) {
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   m.tokens_per_s = double(steps * config.training.global_batch * config.data.seq_len) / s;
   m.peak = memory.peak_split();
+  m.activations_peak = memory.category_peaks().of(MemoryCategory::activations);
   m.host_peak = memory.peak_offloaded_bytes();
   return m;
 }
@@ -244,13 +246,14 @@ int measure(int argc, char** argv) {
       mb(distill_all.peak.device()), mb(student_lm_only.peak.device()),
       verdict(distill_all.peak.device() < student_lm_only.peak.device()));
   const Measured& bf16 = bf16_runs["baseline"];
-  const double saved_ratio =
-      double(bf16.peak.of(C::activations)) / double(base.peak.of(C::activations));
+  // Saved activations: the most the step held at once, the device peak being elsewhere in bf16
+  // (in backward, among the gradients).
+  const double saved_ratio = double(bf16.activations_peak) / double(base.activations_peak);
   const double peak_ratio = double(bf16.peak.device()) / double(base.peak.device());
   std::printf(
-      "  bf16 against fp32 (baselines): saved activations at the peak %.1f -> %.1f MB = %.2fx "
-      "(target <= 0.55x): %s; peak %.1f -> %.1f MB = %.2fx (target <= 0.8x): %s\n",
-      mb(base.peak.of(C::activations)), mb(bf16.peak.of(C::activations)), saved_ratio,
+      "  bf16 against fp32 (baselines): saved activations at their peak %.1f -> %.1f MB = %.3fx "
+      "(target <= 0.55x): %s; peak %.1f -> %.1f MB = %.3fx (target <= 0.8x): %s\n",
+      mb(base.activations_peak), mb(bf16.activations_peak), saved_ratio,
       verdict(saved_ratio <= 0.55), mb(base.peak.device()), mb(bf16.peak.device()), peak_ratio,
       verdict(peak_ratio <= 0.8));
   return 0;

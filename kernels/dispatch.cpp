@@ -54,9 +54,9 @@ Route route(Operation op, const Work& work) {
       ours = float_or_double(work.dtype) && attention_blas_available();
       break;
     case Operation::block_row_loops:  // bf16 rows too (kernels/bfloat16.h)
+    case Operation::head_cross_entropy:
       ours = float_or_double(work.dtype) || work.dtype == ElementType::bf16;
       break;
-    case Operation::head_cross_entropy:
     case Operation::logit_loss:
       ours = float_or_double(work.dtype);
       break;

@@ -177,6 +177,57 @@ RETORT_ALWAYS_INLINE void softmax_gradient_row_loop(T* z, int64_t rows, int64_t 
   }
 }
 
+// bf16 logits: the same float32 steps on the widened logits, the exponentials formed again in
+// the gradient pass rather than stored (a bf16 store would round them before the scale), and the
+// gradient rounded once, so the result is the float32 loop's rounded to bf16, bit for bit.
+// One row's gradient scale * (softmax - onehot(target)) in place of its logits, padding 0.
+RETORT_ALWAYS_INLINE void softmax_gradient_row_bf16(Bf16* __restrict row, int64_t cols,
+                                                    int64_t real, float m, float factor,
+                                                    float scale, int64_t target) {
+  // The target's gradient from its logit before the row is overwritten.
+  const float target_grad =
+      target >= 0 ? vector_exp(widen(row[target]) - m) * factor - scale : 0.0f;
+#pragma omp simd
+  for (int64_t j = 0; j < real; ++j) store(row + j, vector_exp(widen(row[j]) - m) * factor);
+  for (int64_t j = real; j < cols; ++j) row[j] = Bf16{0};
+  if (target >= 0) store(row + target, target_grad);
+}
+
+RETORT_ALWAYS_INLINE void cross_entropy_row_loop_bf16(Bf16* z, int64_t rows, int64_t cols,
+                                                      int64_t real, int64_t stride,
+                                                      const int64_t* target, float* max_out,
+                                                      float* sum_out, float* loss,
+                                                      const float* scale) {
+  for (int64_t r = 0; r < rows; ++r) {
+    Bf16* __restrict row = z + r * stride;
+    const float m = max_of(row, real);
+    const float target_logit = target[r] >= 0 ? widen(row[target[r]]) : m;
+    double sum = 0;
+    for (int64_t b = 0; b < real; b += kSumBlock) {
+      const int64_t e = std::min(real, b + kSumBlock);
+      float part = 0;
+#pragma omp simd reduction(+ : part)
+      for (int64_t j = b; j < e; ++j) part += vector_exp(widen(row[j]) - m);
+      sum += double(part);
+    }
+    max_out[r] = m;
+    sum_out[r] = float(sum);
+    loss[r] = target[r] >= 0 ? float(std::log(sum)) + m - target_logit : 0.0f;
+    if (scale)
+      softmax_gradient_row_bf16(row, cols, real, m, scale[r] / sum_out[r], scale[r], target[r]);
+  }
+}
+
+RETORT_ALWAYS_INLINE void softmax_gradient_row_loop_bf16(Bf16* z, int64_t rows, int64_t cols,
+                                                         int64_t real, int64_t stride,
+                                                         const float* max, const float* sum,
+                                                         const float* scale,
+                                                         const int64_t* target) {
+  for (int64_t r = 0; r < rows; ++r)
+    softmax_gradient_row_bf16(z + r * stride, cols, real, max[r], scale[r] / sum[r], scale[r],
+                              target[r]);
+}
+
 }  // namespace
 
 RETORT_ISA_VARIANTS(cross_entropy_rows,
@@ -271,5 +322,17 @@ RETORT_ISA_VARIANTS(rope_rotate,
                      bool inverse),
                     (x, cos, sin, row_begin, row_end, row_stride, seq_len, heads, d, inverse),
                     rope_rows)
+
+RETORT_ISA_VARIANTS(cross_entropy_rows,
+                    (Bf16 * z, int64_t rows, int64_t cols, int64_t real, int64_t stride,
+                     const int64_t* target, float* max_out, float* sum_out, float* loss,
+                     const float* scale),
+                    (z, rows, cols, real, stride, target, max_out, sum_out, loss, scale),
+                    cross_entropy_row_loop_bf16)
+RETORT_ISA_VARIANTS(softmax_gradient_rows,
+                    (Bf16 * z, int64_t rows, int64_t cols, int64_t real, int64_t stride,
+                     const float* max, const float* sum, const float* scale, const int64_t* target),
+                    (z, rows, cols, real, stride, max, sum, scale, target),
+                    softmax_gradient_row_loop_bf16)
 
 }  // namespace retort::kernels

@@ -1,8 +1,8 @@
 // kernels/row_loops.h: one-pass CPU loops over contiguous rows for the element-wise parts of
 // a Llama block: RMSNorm forward and backward, SwiGLU forward and backward, rotary embedding
-// applied in place, and the LM head's softmax cross-entropy. No torch here: the callers
-// (layers/fused_ops.cpp) split rows across threads and wrap these in autograd functions. Each loop
-// is compiled per ISA and picked at load time (kernels/isa_variants.h).
+// applied in place, and the LM head's softmax cross-entropy (bf16 rows too). No torch here: the
+// callers (layers/fused_ops.cpp) split rows across threads and wrap these in autograd functions.
+// Each loop is compiled per ISA and picked at load time (kernels/isa_variants.h).
 #pragma once
 #include <cstdint>
 
@@ -84,5 +84,14 @@ void softmax_gradient_rows(float* z, int64_t rows, int64_t cols, int64_t real, i
                            const int64_t* target);
 void softmax_gradient_rows(double* z, int64_t rows, int64_t cols, int64_t real, int64_t stride,
                            const double* max, const double* sum, const double* scale,
+                           const int64_t* target);
+// Both on bf16 logits: max, sum, loss and scale in float32, the computation in float32 on the
+// widened logits, and the gradient rounded once to bf16: the float32 loops' result rounded, bit
+// for bit. Without `scale`, cross_entropy_rows leaves bf16 logits as they were.
+void cross_entropy_rows(Bf16* z, int64_t rows, int64_t cols, int64_t real, int64_t stride,
+                        const int64_t* target, float* max_out, float* sum_out, float* loss,
+                        const float* scale);
+void softmax_gradient_rows(Bf16* z, int64_t rows, int64_t cols, int64_t real, int64_t stride,
+                           const float* max, const float* sum, const float* scale,
                            const int64_t* target);
 }  // namespace retort::kernels

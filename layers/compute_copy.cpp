@@ -72,6 +72,12 @@ torch::Tensor cached_copy(at::TensorList weights, torch::ScalarType type) {
   std::lock_guard<std::mutex> lock(c.mutex);
   auto it = c.copies.find(key);
   if (it != c.copies.end() && still_valid(it->second, weights)) return it->second.value;
+  // The stale copy goes first, so the old and new copies of a weight are not both held (a
+  // backward still using the old one keeps it alive by itself).
+  if (it != c.copies.end()) {
+    c.copies.erase(it);
+    it = c.copies.end();
+  }
   Copy copy;
   for (const torch::Tensor& w : weights)
     copy.sources.push_back(
@@ -84,7 +90,7 @@ torch::Tensor cached_copy(at::TensorList weights, torch::ScalarType type) {
     const torch::Tensor source = weights.size() == 1 ? weights[0] : stacked_rows(weights);
     copy.value = torch::empty(source.sizes(), source.options().dtype(type)).copy_(source);
   }
-  if (it == c.copies.end()) drop_expired(c);
+  drop_expired(c);
   torch::Tensor value = copy.value;
   c.copies[key] = std::move(copy);
   return value;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <limits>
+#include <type_traits>
 
 #include "common/saved_object.h"
 #include "kernels/row_loops.h"
@@ -84,9 +85,51 @@ std::atomic<bool> head_row_loops_enabled{true};
 
 bool row_loops_apply(const torch::Tensor& x, parallel::Communicator* group) {
   if (!head_row_loops_enabled || group->size() != 1) return false;
-  // The loops read the logits, which a 16-bit head forms in float32 (its products stay 16-bit).
-  return runs_our_loops(kernels::Operation::head_cross_entropy,
-                        torch::empty({0}, x.options().dtype(accumulation_type(x))));
+  // The loops read the logits in the products' type (bf16 logits: float32 inside the loop).
+  return runs_our_loops(kernels::Operation::head_cross_entropy, torch::empty({0}, x.options()));
+}
+
+// kernels::cross_entropy_rows over the rows of logits z [len, local] (float, double or
+// bf16, in place) with per-row outputs in z's accumulation type, split across threads.
+void cross_entropy_rows_of(torch::Tensor& z, int64_t real, const torch::Tensor& index,
+                           torch::Tensor& max, torch::Tensor& sum, torch::Tensor& loss,
+                           const torch::Tensor* scale) {
+  const int64_t len = z.size(0), local = z.size(1), stride = z.stride(0);
+  auto run = [&](auto* zp, auto* acc) {
+    using acc_t = std::remove_pointer_t<decltype(acc)>;
+    at::parallel_for(0, len, 4, [&](int64_t b, int64_t e) {
+      kernels::cross_entropy_rows(zp + b * stride, e - b, local, real, stride,
+                                  index.data_ptr<int64_t>() + b, max.data_ptr<acc_t>() + b,
+                                  sum.data_ptr<acc_t>() + b, loss.data_ptr<acc_t>() + b,
+                                  scale ? scale->data_ptr<acc_t>() + b : nullptr);
+    });
+  };
+  if (z.scalar_type() == torch::kBFloat16)
+    run(reinterpret_cast<kernels::Bf16*>(z.data_ptr<at::BFloat16>()), (float*)nullptr);
+  else
+    AT_DISPATCH_FLOATING_TYPES(z.scalar_type(), "cross_entropy_rows",
+                               [&] { run(z.data_ptr<scalar_t>(), (scalar_t*)nullptr); });
+}
+
+// kernels::softmax_gradient_rows over logits z [len, rows] (in place), the per-token max, sum
+// and scale from `first` on, in z's accumulation type.
+void softmax_gradient_rows_of(torch::Tensor& z, int64_t real, const torch::Tensor& max,
+                              const torch::Tensor& sum, int64_t first, const torch::Tensor& scale,
+                              const torch::Tensor& index) {
+  const int64_t len = z.size(0), rows = z.size(1), stride = z.stride(0);
+  auto run = [&](auto* zp, auto* acc) {
+    using acc_t = std::remove_pointer_t<decltype(acc)>;
+    const acc_t *mp = max.data_ptr<acc_t>() + first, *sp = sum.data_ptr<acc_t>() + first;
+    at::parallel_for(0, len, 4, [&](int64_t b, int64_t e) {
+      kernels::softmax_gradient_rows(zp + b * stride, e - b, rows, real, stride, mp + b, sp + b,
+                                     scale.data_ptr<acc_t>() + b, index.data_ptr<int64_t>() + b);
+    });
+  };
+  if (z.scalar_type() == torch::kBFloat16)
+    run(reinterpret_cast<kernels::Bf16*>(z.data_ptr<at::BFloat16>()), (float*)nullptr);
+  else
+    AT_DISPATCH_FLOATING_TYPES(z.scalar_type(), "softmax_gradient_rows",
+                               [&] { run(z.data_ptr<scalar_t>(), (scalar_t*)nullptr); });
 }
 
 // The fused head: the loss, and when asked the gradients for a unit upstream gradient.
@@ -121,39 +164,31 @@ FusedHeadResult fused_head_forward(const torch::Tensor& x2d, const torch::Tensor
   for (int64_t start = 0; start < n; start += chunk) {
     const int64_t len = std::min(chunk, n - start);
     torch::Tensor xc = x2d.narrow(0, start, len), tc = t.narrow(0, start, len);
-    // [len, local], reused in place below
-    torch::Tensor z = product_by_transposed(xc, weight).to(softmax_options.dtype());
-    if (loops) {
+    // [len, local] in the products' type, reused in place below
+    torch::Tensor z = product_by_transposed(xc, weight);
+    if (loops) {  // the loops read bf16 logits as they are: no float32 copy of the chunk
       const bool want_grad = want_x || want_weight;
-      torch::Tensor keep = tc.ne(kIgnore).to(z.dtype()).contiguous();
+      torch::Tensor keep = tc.ne(kIgnore).to(softmax_options.dtype()).contiguous();
       torch::Tensor index =
           torch::where(tc.ne(kIgnore), tc - vocab_start, torch::full_like(tc, -1)).contiguous();
-      torch::Tensor max = torch::empty({len}, z.options()), sum = torch::empty_like(max);
+      torch::Tensor max = torch::empty({len}, softmax_options), sum = torch::empty_like(max);
       torch::Tensor loss = torch::empty_like(max);
-      AT_DISPATCH_FLOATING_TYPES(z.scalar_type(), "cross_entropy_rows", [&] {
-        scalar_t* zp = z.data_ptr<scalar_t>();
-        const int64_t stride = z.stride(0);
-        at::parallel_for(0, len, 4, [&](int64_t b, int64_t e) {
-          kernels::cross_entropy_rows(zp + b * stride, e - b, local, real, stride,
-                                      index.data_ptr<int64_t>() + b, max.data_ptr<scalar_t>() + b,
-                                      sum.data_ptr<scalar_t>() + b, loss.data_ptr<scalar_t>() + b,
-                                      want_grad ? keep.data_ptr<scalar_t>() + b : nullptr);
-        });
-      });
+      cross_entropy_rows_of(z, real, index, max, sum, loss, want_grad ? &keep : nullptr);
       result.loss_sum += loss.sum();
       if (want_stats) {
         result.max.narrow(0, start, len).copy_(max);
         result.sum_exp.narrow(0, start, len).copy_(sum);
       }
       if (!want_grad) continue;
-      const torch::Tensor dz = z.to(x2d.scalar_type());  // the products' type
-      if (want_x) {  // written in place: grad_x rows are contiguous
+      const torch::Tensor& dz = z;  // the gradient, in the products' type
+      if (want_x) {                 // written in place: grad_x rows are contiguous
         torch::Tensor rows = result.grad_x.narrow(0, start, len);
         product_by_out(rows, dz, weight);
       }
       if (want_weight) add_transposed_product(result.grad_weight, dz, xc);
       continue;
     }
+    z = z.to(softmax_options.dtype());
     if (any_padded) z.masked_fill_(padded, -std::numeric_limits<double>::infinity());
     torch::Tensor max = std::get<0>(z.max(-1)).contiguous();
     all_reduce(max, group, parallel::ReduceOp::Max);
@@ -263,27 +298,17 @@ struct StreamedHeadCrossEntropy : torch::autograd::Function<StreamedHeadCrossEnt
         torch::Tensor kc = keep.narrow(0, start, len);
         // The forward's own product (same rows and inner dimension, so the same route): each
         // logit of the block is then bitwise the forward's, whatever the BLAS's kernels.
-        torch::Tensor z = product_by_transposed(xc, w).to(accumulation_type(x2d));
-        if (loops) {  // as the forward's loop formed it
+        torch::Tensor z = product_by_transposed(xc, w);
+        if (loops) {  // as the forward's loop formed it, in the logits' own type
           torch::Tensor in_block = (tc >= first_id) & (tc < first_id + rows) & tc.ne(kIgnore);
           torch::Tensor index =
               torch::where(in_block, tc - first_id, torch::full_like(tc, -1)).contiguous();
-          torch::Tensor scale = kc.contiguous();
           const int64_t real = std::clamp<int64_t>(vocab_size - first_id, 0, rows);
-          AT_DISPATCH_FLOATING_TYPES(z.scalar_type(), "softmax_gradient_rows", [&] {
-            const int64_t stride = z.stride(0);
-            scalar_t* zp = z.data_ptr<scalar_t>();
-            const scalar_t* mp = max.data_ptr<scalar_t>() + start;
-            const scalar_t* sp = sum_exp.data_ptr<scalar_t>() + start;
-            at::parallel_for(0, len, 4, [&](int64_t b, int64_t e) {
-              kernels::softmax_gradient_rows(zp + b * stride, e - b, rows, real, stride, mp + b,
-                                             sp + b, scale.data_ptr<scalar_t>() + b,
-                                             index.data_ptr<int64_t>() + b);
-            });
-          });
-          add_transposed_product(grad, z.to(x2d.scalar_type()), xc);
+          softmax_gradient_rows_of(z, real, max, sum_exp, start, kc.contiguous(), index);
+          add_transposed_product(grad, z, xc);
           continue;
         }
+        z = z.to(accumulation_type(x2d));
         if (any_padded) z.masked_fill_(padded, -std::numeric_limits<double>::infinity());
         z.sub_(max.narrow(0, start, len).unsqueeze(-1)).exp_();
         z.div_(sum_exp.narrow(0, start, len).unsqueeze(-1)).mul_(kc.unsqueeze(-1));

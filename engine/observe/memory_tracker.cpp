@@ -15,11 +15,13 @@ namespace {
 struct Counters {
   std::mutex mutex;
   MemorySplit current, at_peak;
+  MemorySplit category_peaks;  // each category's own largest, whenever it was
   int64_t device_current = 0, device_peak = 0;
   int64_t offloaded_peak = 0;
 
   void add(MemoryCategory c, int64_t bytes) {  // bytes may be negative; mutex held
     current.bytes[int(c)] += bytes;
+    category_peaks.bytes[int(c)] = std::max(category_peaks.of(c), current.of(c));
     if (c == MemoryCategory::offloaded) {
       offloaded_peak = std::max(offloaded_peak, current.of(c));
       return;
@@ -137,6 +139,10 @@ MemorySplit MemoryTracker::peak_split() const {
   std::lock_guard<std::mutex> lock(counters().mutex);
   return counters().at_peak;
 }
+MemorySplit MemoryTracker::category_peaks() const {
+  std::lock_guard<std::mutex> lock(counters().mutex);
+  return counters().category_peaks;
+}
 int64_t MemoryTracker::peak_offloaded_bytes() const {
   std::lock_guard<std::mutex> lock(counters().mutex);
   return counters().offloaded_peak;
@@ -146,6 +152,7 @@ void MemoryTracker::reset_peak() {
   Counters& c = counters();
   c.device_peak = c.device_current;
   c.at_peak = c.current;
+  c.category_peaks = c.current;
   c.offloaded_peak = c.current.of(MemoryCategory::offloaded);
 }
 

@@ -34,6 +34,9 @@ class MemoryTracker {
   MemorySplit current_split() const;
   // The split at the moment of the device peak.
   MemorySplit peak_split() const;
+  // Each category's own peak, at whatever moment it came (the activations' is the most the
+  // step held for backward at once, wherever the device peak fell).
+  MemorySplit category_peaks() const;
   // Peak of the offloaded host store.
   int64_t peak_offloaded_bytes() const;
   // Starts a new peak measurement from the current level.

@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include "engine/observe/memory_tracker.h"
+#include "kernels/row_loops.h"
 #include "kernels/tile_gemm.h"
 #include "layers/blocked_attention.h"
 #include "layers/functional.h"
@@ -341,6 +342,52 @@ TEST(FusedKernels, HeadCrossEntropyInBFloat16SumsInFloat32) {
     EXPECT_TRUE(((gw.narrow(0, 0, vocab) - ref_gw).abs() <= bound_gw).all().item<bool>())
         << (fused ? "fused head" : "given logits");
     EXPECT_EQ(gw.narrow(0, vocab, padded - vocab).abs().max().item<double>(), 0.0);
+  }
+}
+
+// The head's loops on bf16 logits (kernels::cross_entropy_rows, softmax_gradient_rows) compute
+// in float32 and round the gradient once: bit for bit the float32 loops on the widened logits,
+// the gradient then rounded to bf16 (torch's round to nearest even). Rows of 1100 columns (two
+// whole 512-entry sum blocks and a partial one, a partial 16-lane vector), 20 of them padding,
+// a row without a target, and a target in the row's last real column.
+TEST(FusedKernels, HeadLoopsOnBFloat16LogitsAreTheFloat32LoopsRounded) {
+  torch::manual_seed(29);
+  const int64_t rows = 9, cols = 1100, real = 1080;
+  torch::Tensor logits = (torch::randn({rows, cols}) * 4).to(torch::kBFloat16);
+  torch::Tensor target = torch::randint(real, {rows}, torch::kLong);
+  target[2] = -1;
+  target[5] = real - 1;
+  torch::Tensor scale = torch::rand({rows}) + 0.5;
+  for (bool with_scale : {true, false}) {
+    torch::Tensor z16 = logits.clone(), z32 = logits.to(torch::kFloat);
+    torch::Tensor m16 = torch::empty({rows}), s16 = torch::empty({rows}),
+                  l16 = torch::empty({rows});
+    torch::Tensor m32 = torch::empty({rows}), s32 = torch::empty({rows}),
+                  l32 = torch::empty({rows});
+    const float* scale_ptr = with_scale ? scale.data_ptr<float>() : nullptr;
+    retort::kernels::cross_entropy_rows(
+        reinterpret_cast<retort::kernels::Bf16*>(z16.data_ptr<at::BFloat16>()), rows, cols, real,
+        cols, target.data_ptr<int64_t>(), m16.data_ptr<float>(), s16.data_ptr<float>(),
+        l16.data_ptr<float>(), scale_ptr);
+    retort::kernels::cross_entropy_rows(z32.data_ptr<float>(), rows, cols, real, cols,
+                                        target.data_ptr<int64_t>(), m32.data_ptr<float>(),
+                                        s32.data_ptr<float>(), l32.data_ptr<float>(), scale_ptr);
+    EXPECT_TRUE(torch::equal(m16, m32));
+    EXPECT_TRUE(torch::equal(s16, s32));
+    EXPECT_TRUE(torch::equal(l16, l32));
+    if (with_scale) {
+      EXPECT_TRUE(torch::equal(z16, z32.to(torch::kBFloat16)));
+    } else {
+      EXPECT_TRUE(torch::equal(z16, logits));  // bf16 logits are left as they were
+    }
+    if (!with_scale) continue;
+    // Formed again from the saved max and sum, as the streamed head's backward does.
+    torch::Tensor again = logits.clone();
+    retort::kernels::softmax_gradient_rows(
+        reinterpret_cast<retort::kernels::Bf16*>(again.data_ptr<at::BFloat16>()), rows, cols, real,
+        cols, m16.data_ptr<float>(), s16.data_ptr<float>(), scale.data_ptr<float>(),
+        target.data_ptr<int64_t>());
+    EXPECT_TRUE(torch::equal(again, z16));
   }
 }
 

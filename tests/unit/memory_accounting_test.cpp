@@ -124,3 +124,27 @@ TEST(MemoryAccounting, RawBlocksAreFiledAndBFloat16ProductsRun) {
   EXPECT_EQ(memory.current_bytes(),
             before + product.nbytes() + a.nbytes() + b.nbytes() + reference.nbytes());
 }
+
+// Each category's own peak is kept apart from the split at the device peak: activations that
+// peak early and are freed before a larger allocation of another category still show their
+// largest.
+TEST(MemoryAccounting, CategoryPeaksAreEachCategorysOwnLargest) {
+  MemoryTracker& memory = MemoryTracker::install();
+  memory.reset_peak();
+  const MemorySplit start = memory.current_split();
+  {
+    MemoryScope scope(MemoryCategory::activations);
+    torch::Tensor saved = torch::empty({1 << 18});  // 1 MiB, freed below
+  }
+  torch::Tensor later;
+  {
+    MemoryScope scope(MemoryCategory::gradients);
+    later = torch::empty({1 << 19});  // 2 MiB: the device peak
+  }
+  EXPECT_EQ(memory.peak_split().of(MemoryCategory::activations),
+            start.of(MemoryCategory::activations));
+  EXPECT_EQ(memory.category_peaks().of(MemoryCategory::activations),
+            start.of(MemoryCategory::activations) + (int64_t(1) << 20));
+  EXPECT_EQ(memory.category_peaks().of(MemoryCategory::gradients),
+            start.of(MemoryCategory::gradients) + (int64_t(2) << 20));
+}

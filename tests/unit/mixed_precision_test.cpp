@@ -9,6 +9,7 @@
 
 #include <cmath>
 
+#include "engine/observe/memory_tracker.h"
 #include "engine/optim/adamw.h"
 #include "layers/compute_copy.h"
 #include "layers/functional.h"
@@ -61,6 +62,27 @@ TEST(MixedPrecision, ComputeCopyFollowsEveryChangeOfTheMainWeight) {
   }
   EXPECT_TRUE(same_values(stacked_weights_in({w, w2}, torch::kBFloat16),
                           torch::cat({w, w2}).detach().to(torch::kBFloat16)));
+}
+
+// A weight's stale copy is let go before its new copy is cast, so a step's first use (the LM
+// head's, at the end of forward, where memory peaks) never holds two copies of one weight.
+TEST(MixedPrecision, ComputeCopyOfAChangedWeightIsNotHeldTwiceWhileCast) {
+  engine::MemoryTracker& tracker = engine::MemoryTracker::install();
+  ParameterStore store(6, torch::kFloat);
+  const torch::Tensor w = store.create(ParamSpec{"head", {256, 64}, 0});
+  const int64_t copy_bytes = 256 * 64 * 2;
+  weight_in(w, torch::kBFloat16);  // cached; no other holder
+  {
+    torch::NoGradGuard no_grad;
+    w.add_(1.0);
+  }
+  const int64_t before = tracker.current_split().of(MemoryCategory::compute_weights);
+  ASSERT_GE(before, copy_bytes);  // the stale copy, still cached
+  tracker.reset_peak();
+  const torch::Tensor fresh = weight_in(w, torch::kBFloat16);
+  EXPECT_TRUE(same_values(fresh, w.detach().to(torch::kBFloat16)));
+  EXPECT_EQ(tracker.peak_split().of(MemoryCategory::compute_weights), before);
+  EXPECT_EQ(tracker.current_split().of(MemoryCategory::compute_weights), before);
 }
 
 // |got - exact| <= 2^-8 |exact| + floor per element: one rounding to bf16 (half an ulp, 2^-9
