@@ -174,6 +174,19 @@ void Handle::wait() {
     finish();
   }
 }
+Handle Handle::then(std::function<void()> after) && {
+  std::function<void()> first = std::move(finish_);
+  finish_ = [first, after] {
+    if (first) first();
+    after();
+  };
+  if (!pending()) {
+    wait();
+    return Handle();
+  }
+  return std::move(*this);
+}
+
 bool Handle::test() {
   if (!requests_.empty()) {
     int done = 0;
@@ -182,6 +195,34 @@ bool Handle::test() {
   }
   wait();
   return true;
+}
+
+namespace {
+// An uninitialised host tensor of t's shape and type; pinned when t is on a GPU, so the
+// copies in and out are DMA transfers.
+torch::Tensor host_like(const torch::Tensor& t) {
+  return torch::empty(t.sizes(), t.options().device(torch::kCPU).pinned_memory(t.is_cuda()));
+}
+}  // namespace
+
+Handle Communicator::staged(const torch::Tensor& in, torch::Tensor& out, bool copy_in,
+                            bool copy_back,
+                            const std::function<Handle(torch::Tensor&, torch::Tensor&)>& op) {
+  torch::Tensor host_in = host_like(in);
+  if (copy_in) host_in.copy_(in);  // a CUDA source: after the work queued on its stream
+  torch::Tensor host_out = in.is_same(out) ? host_in : host_like(out);
+  Handle handle;
+  {
+    staging_ = true;
+    struct Reset {
+      bool& flag;
+      ~Reset() { flag = false; }
+    } reset{staging_};
+    handle = op(host_in, host_out);
+  }
+  if (!copy_back) return handle;
+  torch::Tensor target = out;
+  return std::move(handle).then([target, host_in, host_out]() mutable { target.copy_(host_out); });
 }
 
 int64_t Communicator::max_elements_per_call() {
@@ -287,6 +328,9 @@ Handle Communicator::all_reduce_async(torch::Tensor& t, ReduceOp op) {
     count("all_reduce", bytes_of(t));
     return {};
   }
+  if (stages())
+    return staged(t, t, true, true,
+                  [&](torch::Tensor&, torch::Tensor& host) { return all_reduce_async(host, op); });
   torch::Tensor buffer = sum_buffer(t);
   count("all_reduce", bytes_of(buffer));
   if (t.is_cuda()) {
@@ -334,6 +378,10 @@ torch::Tensor Communicator::reduce_scatter(const torch::Tensor& tensor, int64_t 
 Handle Communicator::all_gather_flat_async(const torch::Tensor& in, torch::Tensor& out) {
   require_contiguous(in, "all_gather");
   require_contiguous(out, "all_gather");
+  if (stages())
+    return staged(in, out, true, true, [&](torch::Tensor& host_in, torch::Tensor& host_out) {
+      return all_gather_flat_async(host_in, host_out);
+    });
   count("all_gather", bytes_of(out));
   if (copied_when_alone(size_, in, out)) return {};
   if (in.is_cuda()) {
@@ -355,6 +403,10 @@ Handle Communicator::all_gather_flat_async(const torch::Tensor& in, torch::Tenso
 Handle Communicator::reduce_scatter_flat_async(const torch::Tensor& in, torch::Tensor& out) {
   require_contiguous(in, "reduce_scatter");
   require_contiguous(out, "reduce_scatter");
+  if (stages())
+    return staged(in, out, true, true, [&](torch::Tensor& host_in, torch::Tensor& host_out) {
+      return reduce_scatter_flat_async(host_in, host_out);
+    });
   if (copied_when_alone(size_, in, out)) {
     count("reduce_scatter", bytes_of(in));
     return {};
@@ -386,6 +438,10 @@ Handle Communicator::reduce_scatter_flat_async(const torch::Tensor& in, torch::T
 
 Handle Communicator::reduce_scatter_v_async(const torch::Tensor& in, torch::Tensor& out,
                                             const std::vector<int64_t>& counts) {
+  if (stages())
+    return staged(in, out, true, true, [&](torch::Tensor& host_in, torch::Tensor& host_out) {
+      return reduce_scatter_v_async(host_in, host_out, counts);
+    });
   require_contiguous_cpu(in, "reduce_scatter_v");
   require_contiguous_cpu(out, "reduce_scatter_v");
   if (copied_when_alone(size_, in, out)) {
@@ -412,6 +468,10 @@ Handle Communicator::reduce_scatter_v_async(const torch::Tensor& in, torch::Tens
 
 Handle Communicator::all_gather_v_async(const torch::Tensor& in, torch::Tensor& out,
                                         const std::vector<int64_t>& counts) {
+  if (stages())
+    return staged(in, out, true, true, [&](torch::Tensor& host_in, torch::Tensor& host_out) {
+      return all_gather_v_async(host_in, host_out, counts);
+    });
   require_contiguous_cpu(in, "all_gather_v");
   require_contiguous_cpu(out, "all_gather_v");
   count("all_gather", bytes_of(out));
@@ -434,6 +494,13 @@ Handle Communicator::all_gather_v_async(const torch::Tensor& in, torch::Tensor& 
 
 void Communicator::broadcast(torch::Tensor& t, int root) {
   require_contiguous(t, "broadcast");
+  if (stages()) {
+    staged(t, t, rank_ == root, rank_ != root, [&](torch::Tensor&, torch::Tensor& host) {
+      broadcast(host, root);
+      return Handle();
+    });
+    return;
+  }
   count("broadcast", bytes_of(t));
   if (size_ > 1 && t.is_cuda()) {
     nccl().broadcast(t.data_ptr(), t.numel(), nccl_type(t), root);
@@ -458,6 +525,10 @@ void Communicator::recv(torch::Tensor& t, int source, int tag) {
 
 Handle Communicator::send_async(const torch::Tensor& t, int destination, int tag) {
   require_contiguous(t, "send");
+  if (stages())
+    return staged(
+        t, const_cast<torch::Tensor&>(t), true, false,
+        [&](torch::Tensor&, torch::Tensor& host) { return send_async(host, destination, tag); });
   count("send", bytes_of(t));
   if (t.is_cuda()) {  // NCCL matches sends and receives by order, not by tag
     nccl().send(t.data_ptr(), t.numel(), nccl_type(t), destination);
@@ -475,6 +546,10 @@ Handle Communicator::send_async(const torch::Tensor& t, int destination, int tag
 
 Handle Communicator::recv_async(torch::Tensor& t, int source, int tag) {
   require_contiguous(t, "recv");
+  if (stages())
+    return staged(t, t, false, true, [&](torch::Tensor&, torch::Tensor& host) {
+      return recv_async(host, source, tag);
+    });
   count("recv", bytes_of(t));
   if (t.is_cuda()) {
     nccl().recv(t.data_ptr(), t.numel(), nccl_type(t), source);

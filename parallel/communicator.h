@@ -3,7 +3,8 @@
 // broadcast, send, recv, barrier, each with an async form returning a handle, and per-operation
 // counters of calls and bytes. This is the MPI backend (CPU tensors); layers never call MPI
 // themselves. CUDA tensors go through NCCL when built with -DRETORT_NCCL=ON (nccl_backend.h);
-// otherwise they are refused with a clear error. Byte counts: all_reduce and broadcast count the
+// otherwise they are refused with a clear error. Under Transport::host_staged every tensor
+// travels through host copies over MPI instead. Byte counts: all_reduce and broadcast count the
 // tensor, all_gather the gathered result, reduce_scatter the full input, send/recv the message.
 // 16-bit floats (bfloat16, float16): moved as they are, but reduced (all_reduce,
 // reduce_scatter) in float32 and rounded once, so a sum does not depend on how many ranks or
@@ -13,12 +14,14 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "parallel/collective_watchdog.h"
+#include "parallel/transport.h"
 
 namespace retort::parallel {
 
@@ -60,6 +63,9 @@ class Handle {
   void wait();
   bool test();  // drives progress; true once complete (finish has then run)
   bool pending() const { return !requests_.empty(); }
+  // This handle with `after` run once its own finishing step has (a staged operation's copy
+  // back); a handle with nothing pending runs it at once.
+  Handle then(std::function<void()> after) &&;
   // What the wait is for, named if it times out (collective_watchdog.h).
   void set_label(const WaitLabel& label) { label_ = label; }
 
@@ -89,6 +95,8 @@ class Communicator {
   int size() const { return size_; }
   const std::string& name() const { return name_; }
   MPI_Comm mpi() const { return comm_; }
+  Transport transport() const { return transport_; }
+  void set_transport(Transport transport) { transport_ = transport; }
 
   // In place on a contiguous tensor.
   void all_reduce(torch::Tensor& tensor, ReduceOp op = ReduceOp::Sum);
@@ -129,6 +137,14 @@ class Communicator {
   explicit Communicator(std::string name);  // see single()
   // `handle` labelled with the operation `op` on this group, for the watchdog's report.
   Handle labelled(Handle handle, const char* op) const;
+  // Whether an operation on this group goes through host buffers (see Transport): on a
+  // group of more than one under host_staged, except the host copies themselves.
+  bool stages() const { return transport_ == Transport::host_staged && size_ > 1 && !staging_; }
+  // op on host buffers of in's and out's shapes (one buffer when in and out are the same
+  // tensor, as in place), in copied into its buffer first when copy_in, and out written from
+  // its buffer once the operation completes when copy_back.
+  Handle staged(const torch::Tensor& in, torch::Tensor& out, bool copy_in, bool copy_back,
+                const std::function<Handle(torch::Tensor&, torch::Tensor&)>& op);
   // The rooted forms behind split block / variable collectives: rank r's part
   // [offsets[r], offsets[r] + counts[r]) of `data` reduced onto r from every rank's `in`, or
   // broadcast from r; piece by piece.
@@ -145,6 +161,8 @@ class Communicator {
   MPI_Comm comm_;
   std::string name_;
   int rank_ = 0, size_ = 1;
+  Transport transport_ = Transport::direct;
+  bool staging_ = false;  // inside staged(): the operation runs on host copies
   std::map<std::string, OpCounter> counters_;
 };
 

@@ -6,6 +6,8 @@
 // of size-one groups.
 #pragma once
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "parallel/communicator.h"
 #include "parallel/layout.h"
@@ -38,6 +40,11 @@ class Mesh {
   // The first and last stage of this rank's pipeline (same tp and dp coordinates), which
   // keep tied embeddings equal; null off those stages or without pipeline parallelism.
   Communicator* embedding() { return embedding_.get(); }
+  // Gathers where every rank of each group keeps its tensors (its host, and `gpu` for this
+  // rank, -1 for the CPU; collective over the world) and sets each group's transport by the
+  // rules of transport.h. Returns, for the start-up banner, one line per group of more than
+  // one rank: its name, transport and where its ranks sit.
+  std::vector<std::string> choose_transports(TransportChoice choice, int gpu);
 
  private:
   Mesh() = default;

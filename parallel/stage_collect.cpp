@@ -32,7 +32,8 @@ NamedTensors collect_on_first_rank(Communicator& group, NamedTensors local) {
       for (int64_t size : tensor.sizes()) header.push_back(size);
       group.send(longs({int64_t(header.size())}), 0, kTag);
       group.send(longs(header), 0, kTag);
-      group.send(torch::tensor(std::vector<uint8_t>(name.begin(), name.end()), torch::kByte), 0, kTag);
+      group.send(torch::tensor(std::vector<uint8_t>(name.begin(), name.end()), torch::kByte), 0,
+                 kTag);
       if (tensor.numel() > 0) group.send(tensor.contiguous(), 0, kTag);
     }
     return {};

@@ -26,6 +26,7 @@ RETORT_NAMED_ENUM(DType, float32, float64, bfloat16)
 RETORT_NAMED_ENUM(Device, cpu, cuda)
 RETORT_NAMED_ENUM(ReduceDType, float32, bfloat16)
 RETORT_NAMED_ENUM(KernelChoice, automatic, aten)
+RETORT_NAMED_ENUM(GpuTransport, automatic, nccl, host_staged)
 
 #define RETORT_TRAINING_KEYS(KEY)                                                                  \
   KEY(int64_t, steps, "training.steps", 100, 0, 1e12, "optimizer steps to run")                    \
@@ -101,24 +102,31 @@ struct DistillSettings {
       "(not under ZeRO-1); false = MPI all-reduce")                                         \
   KEY(ReduceDType, dp_reduce_dtype, "parallel.dp_reduce_dtype", ReduceDType::float32, 0, 0, \
       "type the DP gradient sums travel in over MPI (bfloat16: half the bytes, each "       \
-      "rank's part rounded once, summed in float32)")
+      "rank's part rounded once, summed in float32)")                                       \
+  KEY(GpuTransport, gpu_transport, "parallel.gpu_transport", GpuTransport::automatic, 0, 0, \
+      "how groups move GPU tensors: automatic = NCCL where each rank of a group has its "   \
+      "own GPU, host-staged MPI where ranks share one; nccl; host_staged (also stages CPU " \
+      "tensors: a test of that path)")
 
 struct ParallelConfig {
   RETORT_PARALLEL_KEYS(RETORT_FIELD)
 };
 
-#define RETORT_RUNTIME_KEYS(KEY)                                                        \
-  KEY(Device, device, "runtime.device", Device::cpu, 0, 0,                              \
-      "where tensors live; cuda needs a CUDA libtorch (and NCCL for communication)")    \
-  KEY(int64_t, threads, "runtime.threads", 0, 0, 1024,                                  \
-      "intra-op threads, 0 = cores / local ranks")                                      \
-  KEY(double, peak_gflops, "runtime.peak_gflops", 0, 0, kUnbounded,                     \
-      "peak GFLOP/s per rank for MFU, 0 = measure the CPU's FMA peak at start")         \
-  KEY(KernelChoice, kernels, "runtime.kernels", KernelChoice::automatic, 0, 0,          \
-      "automatic: Retort's loops where kernels/dispatch.h routes them; aten: every "    \
-      "operation by ATen's operators (RETORT_KERNELS=aten does the same)")              \
-  KEY(double, collective_timeout_s, "runtime.collective_timeout_s", 600, 0, kUnbounded, \
-      "end the job when a collective or transfer waits longer, naming the ranks that "  \
+#define RETORT_RUNTIME_KEYS(KEY)                                                         \
+  KEY(Device, device, "runtime.device", Device::cpu, 0, 0,                               \
+      "where tensors live; cuda needs a CUDA libtorch (and NCCL for communication)")     \
+  KEY(int64_t, gpus_per_node, "runtime.gpus_per_node", 0, 0, 1e6,                        \
+      "GPUs a host's ranks take by local rank (local rank mod this); 0 = every GPU the " \
+      "process sees")                                                                    \
+  KEY(int64_t, threads, "runtime.threads", 0, 0, 1024,                                   \
+      "intra-op threads, 0 = cores / local ranks")                                       \
+  KEY(double, peak_gflops, "runtime.peak_gflops", 0, 0, kUnbounded,                      \
+      "peak GFLOP/s per rank for MFU, 0 = measure the CPU's FMA peak at start")          \
+  KEY(KernelChoice, kernels, "runtime.kernels", KernelChoice::automatic, 0, 0,           \
+      "automatic: Retort's loops where kernels/dispatch.h routes them; aten: every "     \
+      "operation by ATen's operators (RETORT_KERNELS=aten does the same)")               \
+  KEY(double, collective_timeout_s, "runtime.collective_timeout_s", 600, 0, kUnbounded,  \
+      "end the job when a collective or transfer waits longer, naming the ranks that "   \
       "do not answer (dead or frozen); 0 = wait forever")
 
 struct RuntimeConfig {

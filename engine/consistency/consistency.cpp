@@ -147,6 +147,8 @@ void run_consistency_layout(const Config& base, const ConsistencyLayout& layout,
 
   parallel::Mesh mesh(train_config.layout, comm);
   Trainer trainer(train_config, nullptr, mesh);
+  record->transport =
+      mesh.world().size() == 1 ? "one rank" : parallel::transport_name(mesh.world().transport());
   const layers::TensorParallel& tp = trainer.tensor_parallel();
   const bool writer = mesh.world_rank() == 0;
   const bool tp_first = mesh.coordinates().tp == 0;

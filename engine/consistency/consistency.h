@@ -62,6 +62,7 @@ struct StepRecord {
 struct LayoutRecord {
   std::vector<StepRecord> steps;
   std::vector<std::string> replica_violations;  // "step 2: TP replicas of ... differ"
+  std::string transport;  // how the layout's world group moved tensors (transport_name)
 };
 
 // The training config of one layout: `base` with the layout's parallel keys, and micro_batch

@@ -58,7 +58,7 @@ int run_consistency_command(int argc, char** argv, parallel::MpiRuntime& mpi,
     run_consistency_layout(config, layouts[i], accumulation, MPI_COMM_WORLD, &records[i]);
     if (mpi.world_rank() == 0) {
       write_record(out + "/" + layouts[i].file_name() + ".h5", records[i]);
-      std::cout << "ran " << layouts[i].name << ": losses";
+      std::cout << "ran " << layouts[i].name << " (" << records[i].transport << "): losses";
       for (const StepRecord& s : records[i].steps) std::printf(" %.10g", s.loss);
       std::cout << std::endl;
     }

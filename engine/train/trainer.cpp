@@ -37,7 +37,26 @@ torch::Tensor to_tensor(const std::vector<int64_t>& values, int64_t batch) {
   return torch::tensor(values, torch::kLong).view({batch, -1});
 }
 
+parallel::TransportChoice transport_choice(GpuTransport key) {
+  switch (key) {
+    case GpuTransport::nccl:
+      return parallel::TransportChoice::nccl;
+    case GpuTransport::host_staged:
+      return parallel::TransportChoice::host_staged;
+    case GpuTransport::automatic:
+      break;
+  }
+  return parallel::TransportChoice::automatic;
+}
+
 }  // namespace
+
+void Trainer::report_transports(const std::vector<std::string>& groups) {
+  if (!log_ || groups.empty()) return;
+  *log_ << "retort: groups of rank 0:";
+  for (size_t i = 0; i < groups.size(); ++i) *log_ << (i ? "; " : " ") << groups[i];
+  *log_ << "\n";
+}
 
 Trainer::Trainer(const TrainConfig& config, std::ostream* log)
     : Trainer(config, log, parallel::Mesh::single_process(), nullptr) {}
@@ -63,6 +82,8 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
                           "use runtime.device=cpu"
                         : "runtime.device=cuda: no GPU is visible to this process (engine_train "
                           "--version says what is compiled in); use runtime.device=cpu");
+  report_transports(mesh_.choose_transports(transport_choice(config_.parallel.gpu_transport),
+                                            /*gpu=*/-1));
   kernels::set_kernel_mode(kernels::kernel_mode_for(config_.runtime.kernels == KernelChoice::aten
                                                         ? kernels::KernelMode::aten
                                                         : kernels::KernelMode::automatic));

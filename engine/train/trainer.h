@@ -69,6 +69,8 @@ class Trainer {
  private:
   Trainer(const TrainConfig& config, std::ostream* log, std::unique_ptr<parallel::Mesh> own_mesh,
           parallel::Mesh* mesh);
+  // The start-up banner's line of how each group of this rank moves tensors.
+  void report_transports(const std::vector<std::string>& groups);
   void initialise_student();
   // After a checkpoint loaded: the model description, the seed check, the log line.
   void finish_resume(const std::string& path);
