@@ -210,8 +210,12 @@ int measure(int argc, char** argv) {
   };
   std::printf("\ntargets (LM 39.6M; trainable gradient bytes %.1f MB):\n", grad_mb);
   // In pairs that differ by optimizer.in_backward only. Where the peak falls at the end of
-  // forward (no checkpointing) no gradient exists yet, so the pair shows what little there is
-  // to remove; with checkpointing the peak falls in backward, among the gradients.
+  // forward (no checkpointing) the only gradient is the head's, which the fused head forms
+  // there, so the pair shows what little there is to remove; with checkpointing the peak falls
+  // in backward, among the gradients.
+  // The tied head's float32 gradient (vocab 32000 x hidden 512, both models), which the fused
+  // head forms in forward.
+  const double head_gradient_mb = mb(int64_t(32000) * 512 * 4);
   auto in_backward_pair = [&](const char* setup, std::map<std::string, Measured>& runs,
                               const char* from, const char* to) {
     const double saved = lowered(runs[from], runs[to]);
@@ -221,10 +225,10 @@ int measure(int argc, char** argv) {
         "  %s: optimizer in backward lowers the peak (%s -> %s) by %.1f MB = %.0f%% of the "
         "%.1f MB of gradients (%.1f MB of them at the first peak) (target >= 80%%): %s\n",
         setup, from, to, saved, 100 * saved / trainable, trainable, at_peak,
-        at_peak > 0 ? verdict(saved >= 0.8 * trainable)
-                    : "does not apply, that peak is at the end of forward, before any gradient "
-                      "exists (what it lowers is the head's gradient the fused head formed in "
-                      "forward)");
+        at_peak > head_gradient_mb + 0.1
+            ? verdict(saved >= 0.8 * trainable)
+            : "does not apply, that peak is at the end of forward, where the only gradient is "
+              "the head's, formed there (what it lowers is that gradient)");
   };
   in_backward_pair("LM 39.6M", lm_runs, "baseline", "optimizer in backward");
   in_backward_pair("LM 39.6M", lm_runs, "offloading (+full)", "all together");

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "common/memory_category.h"
 #include "kernels/mixed_gemm.h"
 #include "layers/accumulation_type.h"
 #include "layers/grad_destinations.h"
@@ -37,13 +38,15 @@ class HeadGradSink {
 // over chunks of tokens in float32, each chunk's product rounded once), for the head weight's whole
 // gradient: the sink's memory when it offers some of that shape and type; without a sink (the
 // gradient goes back to autograd) memory offered for the weight's gradient
-// (layers/grad_destinations.h); else a new tensor.
+// (layers/grad_destinations.h); else a new tensor, filed as gradient memory: formed in forward,
+// it is the weight's gradient from then on, not an activation kept for backward.
 inline torch::Tensor zeroed_whole_gradient(HeadGradSink* sink, const torch::Tensor& weight) {
   torch::Tensor memory = sink ? sink->whole_gradient_memory() : take_grad_destination(weight);
   const torch::ScalarType type = accumulation_type(weight);
   if (memory.defined() && memory.sizes() == weight.sizes() && memory.scalar_type() == type &&
       memory.is_contiguous())
     return memory.zero_();
+  MemoryScope gradient(MemoryCategory::gradients);
   return torch::zeros(weight.sizes(), weight.options().dtype(type));
 }
 
