@@ -103,6 +103,7 @@ void collect_answers(std::vector<std::pair<int, std::string>>& answers) {
   for (const auto& a : answers) std::fprintf(stderr, "retort:   answer: %s\n", a.second.c_str());
   std::fprintf(stderr, "retort: ending the job.\n");
   std::fflush(stderr);
+  if (label.before_abort) label.before_abort();
   MPI_Abort(MPI_COMM_WORLD, 4);
   std::abort();  // MPI_Abort does not return
 }

@@ -29,6 +29,8 @@ struct WaitLabel {
   const char* op = "wait";
   const std::string* group_name = nullptr;
   MPI_Comm group = MPI_COMM_NULL;
+  // Run at the timeout before the job is ended (an NCCL communicator's abort).
+  std::function<void()> before_abort;
 };
 
 // MPI_Waitall on `requests`, or, past the timeout, a report on stderr and MPI_Abort.

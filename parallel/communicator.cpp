@@ -46,33 +46,6 @@ void require_contiguous(const torch::Tensor& t, const char* what) {
                                 " needs a contiguous tensor");
 }
 
-// MPI-only operations (variable-size collectives) refuse device tensors.
-void require_contiguous_cpu(const torch::Tensor& t, const char* what) {
-  require_contiguous(t, what);
-  if (!t.device().is_cpu())
-    throw std::invalid_argument(std::string("Communicator::") + what +
-                                " supports CPU tensors only (MPI backend)");
-}
-
-NcclType nccl_type(const torch::Tensor& t) {
-  switch (t.scalar_type()) {
-    case torch::kFloat:
-      return NcclType::Float32;
-    case torch::kDouble:
-      return NcclType::Float64;
-    case torch::kLong:
-      return NcclType::Int64;
-    case torch::kInt:
-      return NcclType::Int32;
-    case torch::kByte:
-      return NcclType::UInt8;
-    case torch::kBFloat16:
-      return NcclType::BFloat16;
-    default:
-      throw std::invalid_argument("Communicator: unsupported dtype for NCCL");
-  }
-}
-
 // A reduction's buffer: 16-bit floats are summed in float32 and rounded once at the end (MPI
 // has no bfloat16 type, and a sum rounded to 8 bits of mantissa at every step of a ring or
 // tree would depend on the number of ranks); other tensors are reduced in place.
@@ -141,6 +114,8 @@ Handle::Handle(MPI_Request request, std::function<void()> finish) : finish_(std:
 }
 Handle::Handle(std::vector<MPI_Request> requests, std::function<void()> finish)
     : requests_(std::move(requests)), finish_(std::move(finish)) {}
+Handle::Handle(std::function<bool()> ready, std::function<void()> finish)
+    : ready_(std::move(ready)), finish_(std::move(finish)) {}
 Handle::Handle(Handle&& other) noexcept {
   *this = std::move(other);
 }
@@ -148,9 +123,11 @@ Handle& Handle::operator=(Handle&& other) noexcept {
   if (this != &other) {
     if (pending()) wait();
     requests_ = std::move(other.requests_);
+    ready_ = std::move(other.ready_);
     finish_ = std::move(other.finish_);
     label_ = other.label_;
     other.requests_.clear();
+    other.ready_ = nullptr;
     other.finish_ = nullptr;
   }
   return *this;
@@ -168,10 +145,17 @@ void Handle::wait() {
     wait_or_abort(requests_, label_);
   }
   requests_.clear();
+  const bool device_work = static_cast<bool>(ready_);
+  ready_ = nullptr;
   if (finish_) {
     auto finish = std::move(finish_);
     finish_ = nullptr;
-    finish();
+    if (device_work) {  // the wait is in finish (NCCL work)
+      ExposedWait blocked;
+      finish();
+    } else {
+      finish();
+    }
   }
 }
 Handle Handle::then(std::function<void()> after) && {
@@ -188,6 +172,7 @@ Handle Handle::then(std::function<void()> after) && {
 }
 
 bool Handle::test() {
+  if (ready_ && !ready_()) return false;
   if (!requests_.empty()) {
     int done = 0;
     MPI_Testall(int(requests_.size()), requests_.data(), &done, MPI_STATUSES_IGNORE);
@@ -283,23 +268,24 @@ Communicator::~Communicator() {
   if (!finalized && comm_ != MPI_COMM_WORLD && comm_ != MPI_COMM_SELF) MPI_Comm_free(&comm_);
 }
 
-#ifdef RETORT_WITH_NCCL
-NcclBackend& Communicator::nccl() {
-  if (!nccl_) nccl_ = std::make_shared<NcclBackend>(comm_);
+NcclBackend& Communicator::nccl(const torch::Tensor& t) {
+  if (!nccl_) nccl_ = std::make_shared<NcclBackend>(comm_, int(t.device().index()), name_);
+  if (nccl_->device() != t.device().index())
+    throw std::invalid_argument("Communicator '" + name_ + "': a tensor on " + t.device().str() +
+                                ", but the group's NCCL communicator is on GPU " +
+                                std::to_string(nccl_->device()));
   return *nccl_;
 }
-#else
-NcclBackend& Communicator::nccl() {
-  throw std::invalid_argument("Communicator '" + name_ +
-                              "': a CUDA tensor needs the NCCL backend, but this build has "
-                              "none (configure with -DRETORT_NCCL=ON against a CUDA libtorch)");
-}
-#endif
 
 namespace {
-// A handle that waits for the NCCL stream (operations are enqueued, not finished).
-Handle nccl_handle(const std::shared_ptr<NcclBackend>& backend) {
-  return Handle(MPI_REQUEST_NULL, [backend] { backend->synchronize(); });
+// A handle on NCCL work: test() polls it, wait() waits for it (collective_watchdog.h) and then
+// runs `then` (a copy back from a widened buffer).
+Handle nccl_handle(std::shared_ptr<NcclWork> work, std::function<void()> then = nullptr) {
+  return Handle([work] { return work->ready(); },
+                [work, then] {
+                  work->wait();
+                  if (then) then();
+                });
 }
 }  // namespace
 
@@ -333,16 +319,9 @@ Handle Communicator::all_reduce_async(torch::Tensor& t, ReduceOp op) {
                   [&](torch::Tensor&, torch::Tensor& host) { return all_reduce_async(host, op); });
   torch::Tensor buffer = sum_buffer(t);
   count("all_reduce", bytes_of(buffer));
-  if (t.is_cuda()) {
-    nccl().all_reduce(buffer.data_ptr(), buffer.numel(), nccl_type(buffer),
-                      op == ReduceOp::Sum ? NcclOp::Sum : NcclOp::Max);
-    Handle done = nccl_handle(nccl_);
-    if (!buffer.is_same(t)) {
-      done.wait();
-      t.copy_(buffer);
-    }
-    return done;
-  }
+  if (t.is_cuda())
+    return nccl_handle(nccl(t).all_reduce(buffer, op == ReduceOp::Sum ? NcclOp::Sum : NcclOp::Max),
+                       round_back(t, buffer));
   std::vector<MPI_Request> requests;
   for_each_piece(buffer.numel(), [&](int64_t offset, int n) {
     MPI_Request r;
@@ -384,10 +363,7 @@ Handle Communicator::all_gather_flat_async(const torch::Tensor& in, torch::Tenso
     });
   count("all_gather", bytes_of(out));
   if (copied_when_alone(size_, in, out)) return {};
-  if (in.is_cuda()) {
-    nccl().all_gather(in.data_ptr(), out.data_ptr(), in.numel(), nccl_type(in));
-    return nccl_handle(nccl_);
-  }
+  if (in.is_cuda()) return nccl_handle(nccl(in).all_gather(in, out));
   std::vector<MPI_Request> requests;
   if (in.numel() > max_elements) {  // each rank broadcasts its part, in pieces
     out.view({-1}).narrow(0, rank_ * in.numel(), in.numel()).copy_(in.reshape({-1}));
@@ -413,15 +389,8 @@ Handle Communicator::reduce_scatter_flat_async(const torch::Tensor& in, torch::T
   }
   const torch::Tensor wide_in = sum_buffer(in), wide_out = sum_buffer(out);
   count("reduce_scatter", bytes_of(wide_in));
-  if (in.is_cuda()) {
-    nccl().reduce_scatter(wide_in.data_ptr(), wide_out.data_ptr(), out.numel(), nccl_type(wide_in));
-    Handle done = nccl_handle(nccl_);
-    if (!wide_out.is_same(out)) {
-      done.wait();
-      out.copy_(wide_out);
-    }
-    return done;
-  }
+  if (in.is_cuda())
+    return nccl_handle(nccl(in).reduce_scatter(wide_in, wide_out), round_back(out, wide_out));
   if (out.numel() > max_elements) {  // each rank's part reduced onto it, in pieces
     std::vector<MPI_Request> requests;
     torch::Tensor target = wide_out;
@@ -442,8 +411,8 @@ Handle Communicator::reduce_scatter_v_async(const torch::Tensor& in, torch::Tens
     return staged(in, out, true, true, [&](torch::Tensor& host_in, torch::Tensor& host_out) {
       return reduce_scatter_v_async(host_in, host_out, counts);
     });
-  require_contiguous_cpu(in, "reduce_scatter_v");
-  require_contiguous_cpu(out, "reduce_scatter_v");
+  require_contiguous(in, "reduce_scatter_v");
+  require_contiguous(out, "reduce_scatter_v");
   if (copied_when_alone(size_, in, out)) {
     count("reduce_scatter", bytes_of(in));
     return {};
@@ -452,6 +421,8 @@ Handle Communicator::reduce_scatter_v_async(const torch::Tensor& in, torch::Tens
   torch::Tensor wide_out = sum_buffer(out);
   count("reduce_scatter", bytes_of(wide_in));
   std::function<void()> finish = round_back(out, wide_out);
+  if (in.is_cuda())
+    return nccl_handle(nccl(in).reduce_scatter_v(wide_in, wide_out, counts), finish);
   if (!fits(counts)) {
     std::vector<MPI_Request> requests;
     reduce_parts_to_owners(wide_in, wide_out, counts, requests);
@@ -472,10 +443,11 @@ Handle Communicator::all_gather_v_async(const torch::Tensor& in, torch::Tensor& 
     return staged(in, out, true, true, [&](torch::Tensor& host_in, torch::Tensor& host_out) {
       return all_gather_v_async(host_in, host_out, counts);
     });
-  require_contiguous_cpu(in, "all_gather_v");
-  require_contiguous_cpu(out, "all_gather_v");
+  require_contiguous(in, "all_gather_v");
+  require_contiguous(out, "all_gather_v");
   count("all_gather", bytes_of(out));
   if (copied_when_alone(size_, in, out)) return {};
+  if (in.is_cuda()) return nccl_handle(nccl(in).all_gather_v(in, out, counts));
   if (!fits(counts)) {  // each rank broadcasts its part, in pieces
     std::vector<MPI_Request> requests;
     out.narrow(0, offsets_of(counts)[rank_], counts[rank_]).copy_(in);
@@ -502,10 +474,7 @@ void Communicator::broadcast(torch::Tensor& t, int root) {
     return;
   }
   count("broadcast", bytes_of(t));
-  if (size_ > 1 && t.is_cuda()) {
-    nccl().broadcast(t.data_ptr(), t.numel(), nccl_type(t), root);
-    return nccl().synchronize();
-  }
+  if (size_ > 1 && t.is_cuda()) return nccl_handle(nccl(t).broadcast(t, root)).wait();
   if (size_ == 1) return;
   std::vector<MPI_Request> requests;
   for_each_piece(t.numel(), [&](int64_t offset, int n) {
@@ -530,10 +499,9 @@ Handle Communicator::send_async(const torch::Tensor& t, int destination, int tag
         t, const_cast<torch::Tensor&>(t), true, false,
         [&](torch::Tensor&, torch::Tensor& host) { return send_async(host, destination, tag); });
   count("send", bytes_of(t));
-  if (t.is_cuda()) {  // NCCL matches sends and receives by order, not by tag
-    nccl().send(t.data_ptr(), t.numel(), nccl_type(t), destination);
-    return nccl_handle(nccl_);
-  }
+  // NCCL matches sends and receives by order per peer, not by tag; queued, they go out grouped
+  // at the next wait (nccl_backend.h).
+  if (t.is_cuda()) return nccl_handle(nccl(t).send(t, destination));
   std::vector<MPI_Request> requests;  // pieces of one tag arrive in order
   for_each_piece(t.numel(), [&](int64_t offset, int n) {
     MPI_Request r;
@@ -551,10 +519,7 @@ Handle Communicator::recv_async(torch::Tensor& t, int source, int tag) {
       return recv_async(host, source, tag);
     });
   count("recv", bytes_of(t));
-  if (t.is_cuda()) {
-    nccl().recv(t.data_ptr(), t.numel(), nccl_type(t), source);
-    return nccl_handle(nccl_);
-  }
+  if (t.is_cuda()) return nccl_handle(nccl(t).recv(t, source));
   std::vector<MPI_Request> requests;
   for_each_piece(t.numel(), [&](int64_t offset, int n) {
     MPI_Request r;

@@ -57,12 +57,15 @@ class Handle {
   Handle(MPI_Request request, std::function<void()> finish);
   // Several requests (a message split into pieces) completed together.
   Handle(std::vector<MPI_Request> requests, std::function<void()> finish);
+  // Work on a device (NCCL): `ready` says without blocking whether it is done; `finish` waits
+  // for it.
+  Handle(std::function<bool()> ready, std::function<void()> finish);
   Handle(Handle&&) noexcept;
   Handle& operator=(Handle&&) noexcept;
   ~Handle();
   void wait();
-  bool test();  // drives progress; true once complete (finish has then run)
-  bool pending() const { return !requests_.empty(); }
+  bool test();  // drives progress without blocking; true once complete (finish has then run)
+  bool pending() const { return !requests_.empty() || static_cast<bool>(ready_); }
   // This handle with `after` run once its own finishing step has (a staged operation's copy
   // back); a handle with nothing pending runs it at once.
   Handle then(std::function<void()> after) &&;
@@ -71,6 +74,7 @@ class Handle {
 
  private:
   std::vector<MPI_Request> requests_;
+  std::function<bool()> ready_;
   std::function<void()> finish_;
   WaitLabel label_;
 };
@@ -153,9 +157,9 @@ class Communicator {
                               std::vector<MPI_Request>& requests);
   void broadcast_parts_from_owners(torch::Tensor& out, const std::vector<int64_t>& counts,
                                    std::vector<MPI_Request>& requests);
-  // The NCCL backend for CUDA tensors, created on first use (collectively); throws in a
-  // build without NCCL.
-  NcclBackend& nccl();
+  // The NCCL backend for CUDA tensors, created on first use (collectively) on t's GPU; throws
+  // in a build without NCCL.
+  NcclBackend& nccl(const torch::Tensor& t);
   std::shared_ptr<NcclBackend> nccl_;
 
   MPI_Comm comm_;

@@ -1,96 +1,255 @@
 // parallel/nccl_backend.cpp: see nccl_backend.h.
 #include "parallel/nccl_backend.h"
 
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
 
 #include <stdexcept>
-#include <string>
+
+#include "parallel/collective_watchdog.h"
 
 namespace retort::parallel {
 namespace {
 
-void check(ncclResult_t result, const char* what) {
+void check(ncclResult_t result, const std::string& what) {
   if (result != ncclSuccess)
-    throw std::runtime_error(std::string("NCCL ") + what + ": " + ncclGetErrorString(result));
+    throw std::runtime_error("NCCL " + what + ": " + ncclGetErrorString(result));
 }
 
-void check(cudaError_t result, const char* what) {
+void check(cudaError_t result, const std::string& what) {
   if (result != cudaSuccess)
-    throw std::runtime_error(std::string("CUDA ") + what + ": " + cudaGetErrorString(result));
+    throw std::runtime_error("CUDA " + what + ": " + cudaGetErrorString(result));
 }
 
-ncclDataType_t nccl_type(NcclType t) {
-  switch (t) {
-    case NcclType::Float32:
+ncclDataType_t nccl_type(const torch::Tensor& t) {
+  switch (t.scalar_type()) {
+    case torch::kFloat:
       return ncclFloat32;
-    case NcclType::Float64:
+    case torch::kDouble:
       return ncclFloat64;
-    case NcclType::Int64:
+    case torch::kLong:
       return ncclInt64;
-    case NcclType::Int32:
+    case torch::kInt:
       return ncclInt32;
-    case NcclType::UInt8:
+    case torch::kByte:
       return ncclUint8;
-    case NcclType::BFloat16:
+    case torch::kBFloat16:
       return ncclBfloat16;
+    case torch::kHalf:
+      return ncclFloat16;
+    default:
+      throw std::invalid_argument(std::string("NCCL: unsupported dtype ") +
+                                  c10::toString(t.scalar_type()));
   }
-  return ncclFloat32;
+}
+
+ncclComm_t comm_of(void* comm) {
+  return static_cast<ncclComm_t>(comm);
+}
+cudaStream_t stream_of(void* stream) {
+  return static_cast<cudaStream_t>(stream);
+}
+
+void* element(const torch::Tensor& t, int64_t offset) {
+  return static_cast<char*>(t.data_ptr()) + offset * t.element_size();
 }
 
 }  // namespace
 
-struct NcclBackend::State {
-  ncclComm_t comm = nullptr;
-  cudaStream_t stream = nullptr;
-};
+NcclWork::NcclWork(std::shared_ptr<NcclBackend> backend, std::vector<torch::Tensor> tensors,
+                   std::string op)
+    : backend_(std::move(backend)), tensors_(std::move(tensors)), op_(std::move(op)) {}
 
-NcclBackend::NcclBackend(MPI_Comm group) : state_(std::make_unique<State>()) {
+NcclWork::~NcclWork() {
+  if (event_) cudaEventDestroy(static_cast<cudaEvent_t>(event_));
+}
+
+bool NcclWork::ready() {
+  if (!event_) backend_->flush();  // queued point-to-point work
+  if (!event_) return false;
+  return cudaEventQuery(static_cast<cudaEvent_t>(event_)) == cudaSuccess;
+}
+
+void NcclWork::wait() {
+  if (!event_) backend_->flush();
+  WaitLabel label;
+  label.op = op_.c_str();
+  label.group_name = &backend_->name_;
+  std::shared_ptr<NcclBackend> backend = backend_;
+  label.before_abort = [backend] { backend->abort(); };
+  wait_or_abort([this] { return ready(); }, label);
+  c10::cuda::CUDAGuard guard(backend_->device_);
+  check(cudaStreamWaitEvent(c10::cuda::getCurrentCUDAStream().stream(),
+                            static_cast<cudaEvent_t>(event_), 0),
+        "stream wait");
+  tensors_.clear();
+}
+
+NcclBackend::NcclBackend(MPI_Comm group, int device, std::string name)
+    : device_(device), name_(std::move(name)) {
   int rank = 0, size = 1;
   MPI_Comm_rank(group, &rank);
   MPI_Comm_size(group, &size);
+  check(cudaSetDevice(device_), "set device " + std::to_string(device_));
   ncclUniqueId id;
   if (rank == 0) check(ncclGetUniqueId(&id), "get unique id");
   MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, group);
-  check(cudaStreamCreateWithFlags(&state_->stream, cudaStreamNonBlocking), "stream create");
-  check(ncclCommInitRank(&state_->comm, size, id, rank), "init rank");
+  cudaStream_t stream = nullptr;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream create");
+  stream_ = stream;
+  ncclComm_t comm = nullptr;
+  check(ncclCommInitRank(&comm, size, id, rank), "init rank on group '" + name_ + "'");
+  comm_ = comm;
 }
 
 NcclBackend::~NcclBackend() {
-  if (state_->comm) ncclCommDestroy(state_->comm);
-  if (state_->stream) cudaStreamDestroy(state_->stream);
+  if (comm_) ncclCommDestroy(comm_of(comm_));
+  if (stream_) cudaStreamDestroy(stream_of(stream_));
 }
 
-void NcclBackend::all_reduce(void* data, size_t count, NcclType type, NcclOp op) {
-  check(ncclAllReduce(data, data, count, nccl_type(type), op == NcclOp::Sum ? ncclSum : ncclMax,
-                      state_->comm, state_->stream),
-        "all_reduce");
+void NcclBackend::abort() {
+  if (comm_) ncclCommAbort(comm_of(comm_));
+  comm_ = nullptr;
 }
 
-void NcclBackend::all_gather(const void* in, void* out, size_t count, NcclType type) {
-  check(ncclAllGather(in, out, count, nccl_type(type), state_->comm, state_->stream), "all_gather");
+void NcclBackend::record_after(NcclWork& work) {
+  cudaEvent_t event = nullptr;
+  check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "event create");
+  check(cudaEventRecord(event, stream_of(stream_)), "event record");
+  work.event_ = event;
 }
 
-void NcclBackend::reduce_scatter(const void* in, void* out, size_t count, NcclType type) {
-  check(ncclReduceScatter(in, out, count, nccl_type(type), ncclSum, state_->comm, state_->stream),
-        "reduce_scatter");
+template <typename Issue>
+std::shared_ptr<NcclWork> NcclBackend::run(std::vector<torch::Tensor> tensors, const char* op,
+                                           Issue issue) {
+  if (!comm_) throw std::runtime_error("NCCL group '" + name_ + "' was aborted");
+  flush();  // queued sends and receives go first, in the order they were asked for
+  c10::cuda::CUDAGuard guard(device_);
+  cudaEvent_t before = nullptr;
+  check(cudaEventCreateWithFlags(&before, cudaEventDisableTiming), "event create");
+  check(cudaEventRecord(before, c10::cuda::getCurrentCUDAStream().stream()), "event record");
+  check(cudaStreamWaitEvent(stream_of(stream_), before, 0), "stream wait");
+  cudaEventDestroy(before);
+  const c10::cuda::CUDAStream backend_stream =
+      c10::cuda::getStreamFromExternal(stream_of(stream_), device_);
+  for (const torch::Tensor& t : tensors)
+    c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), backend_stream);
+  issue(comm_of(comm_), stream_of(stream_));
+  auto work = std::make_shared<NcclWork>(shared_from_this(), std::move(tensors), op);
+  record_after(*work);
+  return work;
 }
 
-void NcclBackend::broadcast(void* data, size_t count, NcclType type, int root) {
-  check(ncclBroadcast(data, data, count, nccl_type(type), root, state_->comm, state_->stream),
-        "broadcast");
+std::shared_ptr<NcclWork> NcclBackend::all_reduce(const torch::Tensor& t, NcclOp op) {
+  return run({t}, "all_reduce", [&](ncclComm_t comm, cudaStream_t stream) {
+    check(ncclAllReduce(t.data_ptr(), t.data_ptr(), size_t(t.numel()), nccl_type(t),
+                        op == NcclOp::Sum ? ncclSum : ncclMax, comm, stream),
+          "all_reduce");
+  });
 }
 
-void NcclBackend::send(const void* data, size_t count, NcclType type, int peer) {
-  check(ncclSend(data, count, nccl_type(type), peer, state_->comm, state_->stream), "send");
+std::shared_ptr<NcclWork> NcclBackend::all_gather(const torch::Tensor& in,
+                                                  const torch::Tensor& out) {
+  return run({in, out}, "all_gather", [&](ncclComm_t comm, cudaStream_t stream) {
+    check(ncclAllGather(in.data_ptr(), out.data_ptr(), size_t(in.numel()), nccl_type(in), comm,
+                        stream),
+          "all_gather");
+  });
 }
 
-void NcclBackend::recv(void* data, size_t count, NcclType type, int peer) {
-  check(ncclRecv(data, count, nccl_type(type), peer, state_->comm, state_->stream), "recv");
+std::shared_ptr<NcclWork> NcclBackend::reduce_scatter(const torch::Tensor& in,
+                                                      const torch::Tensor& out) {
+  return run({in, out}, "reduce_scatter", [&](ncclComm_t comm, cudaStream_t stream) {
+    check(ncclReduceScatter(in.data_ptr(), out.data_ptr(), size_t(out.numel()), nccl_type(in),
+                            ncclSum, comm, stream),
+          "reduce_scatter");
+  });
 }
 
-void NcclBackend::synchronize() {
-  check(cudaStreamSynchronize(state_->stream), "synchronize");
+std::shared_ptr<NcclWork> NcclBackend::reduce_scatter_v(const torch::Tensor& in,
+                                                        const torch::Tensor& out,
+                                                        const std::vector<int64_t>& counts) {
+  return run({in, out}, "reduce_scatter_v", [&](ncclComm_t comm, cudaStream_t stream) {
+    int rank = 0;
+    check(ncclCommUserRank(comm, &rank), "user rank");
+    check(ncclGroupStart(), "group start");
+    int64_t offset = 0;
+    for (size_t root = 0; root < counts.size(); ++root) {
+      check(ncclReduce(element(in, offset), int(root) == rank ? out.data_ptr() : nullptr,
+                       size_t(counts[root]), nccl_type(in), ncclSum, int(root), comm, stream),
+            "reduce");
+      offset += counts[root];
+    }
+    check(ncclGroupEnd(), "group end");
+  });
+}
+
+std::shared_ptr<NcclWork> NcclBackend::all_gather_v(const torch::Tensor& in,
+                                                    const torch::Tensor& out,
+                                                    const std::vector<int64_t>& counts) {
+  return run({in, out}, "all_gather_v", [&](ncclComm_t comm, cudaStream_t stream) {
+    int rank = 0;
+    check(ncclCommUserRank(comm, &rank), "user rank");
+    check(ncclGroupStart(), "group start");
+    int64_t offset = 0;
+    for (size_t root = 0; root < counts.size(); ++root) {
+      // The owner sends its own part from `in`; everyone receives it in place in `out`.
+      check(ncclBroadcast(int(root) == rank ? in.data_ptr() : element(out, offset),
+                          element(out, offset), size_t(counts[root]), nccl_type(out), int(root),
+                          comm, stream),
+            "broadcast");
+      offset += counts[root];
+    }
+    check(ncclGroupEnd(), "group end");
+  });
+}
+
+std::shared_ptr<NcclWork> NcclBackend::broadcast(const torch::Tensor& t, int root) {
+  return run({t}, "broadcast", [&](ncclComm_t comm, cudaStream_t stream) {
+    check(ncclBroadcast(t.data_ptr(), t.data_ptr(), size_t(t.numel()), nccl_type(t), root, comm,
+                        stream),
+          "broadcast");
+  });
+}
+
+std::shared_ptr<NcclWork> NcclBackend::send(const torch::Tensor& t, int peer) {
+  auto work = std::make_shared<NcclWork>(shared_from_this(), std::vector<torch::Tensor>{t}, "send");
+  queued_.push_back({t, peer, true, work});
+  return work;
+}
+
+std::shared_ptr<NcclWork> NcclBackend::recv(const torch::Tensor& t, int peer) {
+  auto work = std::make_shared<NcclWork>(shared_from_this(), std::vector<torch::Tensor>{t}, "recv");
+  queued_.push_back({t, peer, false, work});
+  return work;
+}
+
+void NcclBackend::flush() {
+  if (queued_.empty()) return;
+  std::vector<PointToPoint> batch;
+  batch.swap(queued_);
+  std::vector<torch::Tensor> tensors;
+  for (const PointToPoint& p : batch) tensors.push_back(p.tensor);
+  run(tensors, "send/recv", [&](ncclComm_t comm, cudaStream_t stream) {
+    check(ncclGroupStart(), "group start");
+    for (const PointToPoint& p : batch) {
+      if (p.send)
+        check(ncclSend(p.tensor.data_ptr(), size_t(p.tensor.numel()), nccl_type(p.tensor), p.peer,
+                       comm, stream),
+              "send");
+      else
+        check(ncclRecv(p.tensor.data_ptr(), size_t(p.tensor.numel()), nccl_type(p.tensor), p.peer,
+                       comm, stream),
+              "recv");
+    }
+    check(ncclGroupEnd(), "group end");
+  });
+  // Every queued work completes with the group: each gets its own event after it.
+  c10::cuda::CUDAGuard guard(device_);
+  for (const PointToPoint& p : batch) record_after(*p.work);
 }
 
 }  // namespace retort::parallel

@@ -1,34 +1,98 @@
-// parallel/nccl_backend.h: the NCCL side of a Communicator, used for CUDA tensors. The
-// ncclUniqueId is made on the group's rank 0 and broadcast over the group's MPI
-// communicator. Operations run on the backend's own CUDA stream; their Handles synchronise
-// that stream on wait(). Built only with -DRETORT_NCCL=ON (a CUDA libtorch and NCCL).
+// parallel/nccl_backend.h: the NCCL side of a Communicator, for CUDA tensors where each rank of
+// the group has its own GPU (parallel/transport.h). The ncclUniqueId is made on the group's
+// rank 0 and broadcast over the group's MPI communicator; the communicator is created on the
+// rank's GPU (cudaSetDevice first).
+// - Ordering: each operation runs on the backend's own stream, after an event recorded on the
+//   caller's current stream, so it never reads a tensor a kernel queued before it is still
+//   writing; its tensors are marked as used on the backend stream (recordStream), so the caching
+//   allocator does not hand their memory out again before the operation is done.
+// - Completion: an operation returns an NcclWork holding an event recorded after it and the
+//   tensors it uses. ready() polls the event; wait() waits for it through the collective
+//   watchdog (collective_watchdog.h): past runtime.collective_timeout_s the communicator is
+//   aborted (ncclCommAbort) and the job ended naming the operation and the group. Then the
+//   caller's current stream waits for the event.
+// - Point-to-point: sends and receives are queued and issued together, inside one
+//   ncclGroupStart/End, at the next flush (any wait, any collective): NCCL matches them by
+//   order per peer, and a ring of sends issued before its receives would deadlock one at a time.
+// - Variable-size collectives (ZeRO-1's): one ncclReduce or ncclBroadcast per owner, grouped.
+// Built only where the top level found a CUDA libtorch and NCCL (RETORT_WITH_CUDA).
 #pragma once
 #include <mpi.h>
+#include <torch/torch.h>
 
-#include <cstddef>
 #include <memory>
+#include <string>
+#include <vector>
 
 namespace retort::parallel {
 
-enum class NcclType { Float32, Float64, Int64, Int32, UInt8, BFloat16 };
 enum class NcclOp { Sum, Max };
 
-class NcclBackend {
+class NcclBackend;
+
+// One enqueued NCCL operation (or group of them).
+class NcclWork {
  public:
-  explicit NcclBackend(MPI_Comm group);
-  ~NcclBackend();
-  // Each call enqueues on the backend stream and returns without waiting.
-  void all_reduce(void* data, size_t count, NcclType type, NcclOp op);
-  void all_gather(const void* in, void* out, size_t count_per_rank, NcclType type);
-  void reduce_scatter(const void* in, void* out, size_t count_per_rank, NcclType type);
-  void broadcast(void* data, size_t count, NcclType type, int root);
-  void send(const void* data, size_t count, NcclType type, int peer);
-  void recv(void* data, size_t count, NcclType type, int peer);
-  void synchronize();
+  NcclWork(std::shared_ptr<NcclBackend> backend, std::vector<torch::Tensor> tensors,
+           std::string op);
+  ~NcclWork();
+  bool ready();  // flushes queued point-to-point work first
+  void wait();   // see the header comment
 
  private:
-  struct State;
-  std::unique_ptr<State> state_;
+  friend class NcclBackend;
+  std::shared_ptr<NcclBackend> backend_;
+  std::vector<torch::Tensor> tensors_;
+  std::string op_;
+  void* event_ = nullptr;  // cudaEvent_t, recorded once the work is issued
+};
+
+class NcclBackend : public std::enable_shared_from_this<NcclBackend> {
+ public:
+  // Collective over `group`; `device` is this rank's GPU.
+  NcclBackend(MPI_Comm group, int device, std::string name);
+  ~NcclBackend();
+  int device() const { return device_; }
+  const std::string& name() const { return name_; }
+
+  std::shared_ptr<NcclWork> all_reduce(const torch::Tensor& t, NcclOp op);
+  std::shared_ptr<NcclWork> all_gather(const torch::Tensor& in, const torch::Tensor& out);
+  std::shared_ptr<NcclWork> reduce_scatter(const torch::Tensor& in, const torch::Tensor& out);
+  // Rank r's part (counts[r] elements, in rank order in `in` and `out`) reduced onto r / sent
+  // from r to every rank.
+  std::shared_ptr<NcclWork> reduce_scatter_v(const torch::Tensor& in, const torch::Tensor& out,
+                                             const std::vector<int64_t>& counts);
+  std::shared_ptr<NcclWork> all_gather_v(const torch::Tensor& in, const torch::Tensor& out,
+                                         const std::vector<int64_t>& counts);
+  std::shared_ptr<NcclWork> broadcast(const torch::Tensor& t, int root);
+  // Queued until the next flush (see the header comment).
+  std::shared_ptr<NcclWork> send(const torch::Tensor& t, int peer);
+  std::shared_ptr<NcclWork> recv(const torch::Tensor& t, int peer);
+  // Issues the queued sends and receives as one group.
+  void flush();
+  // ncclCommAbort: what the watchdog does before ending the job.
+  void abort();
+
+ private:
+  friend class NcclWork;
+  struct PointToPoint {
+    torch::Tensor tensor;
+    int peer;
+    bool send;
+    std::shared_ptr<NcclWork> work;
+  };
+  // Makes the backend stream wait for the caller's current stream and marks `tensors` as used
+  // on the backend stream; then `issue` enqueues the NCCL calls, and an event is recorded on
+  // `work` after them.
+  template <typename Issue>
+  std::shared_ptr<NcclWork> run(std::vector<torch::Tensor> tensors, const char* op, Issue issue);
+  void record_after(NcclWork& work);
+
+  int device_;
+  std::string name_;
+  void* comm_ = nullptr;    // ncclComm_t
+  void* stream_ = nullptr;  // cudaStream_t
+  std::vector<PointToPoint> queued_;
 };
 
 }  // namespace retort::parallel

@@ -7,7 +7,8 @@ on random tokens, in one of three modes:
   compiled  fp32, the model through torch.compile (Inductor's C++ code for the CPU; the
             warm-up step pays the compilation);
   compiled_bf16  the compiled model under the same bf16 autocast.
-Prints one JSON line: {"tokens_per_s": ..., "step_s": ..., "threads": ..., "mode": ...}. Run
+With --device cuda the same on the GPU (autocast on cuda). Prints one JSON line:
+{"tokens_per_s": ..., "step_s": ..., "threads": ..., "mode": ..., "device": ..., "parameters": ...}. Run
 with tools/python (torch 2.11) by bench/peer/run_peer.py; the threads and allocator settings
 come from its command line and environment."""
 import argparse
@@ -105,18 +106,19 @@ def main():
         p.add_argument("--" + name, type=int, default=default)
     p.add_argument("--mode", choices=["eager", "bf16", "compiled", "compiled_bf16"],
                    default="eager")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
-    model = Llama(a)
+    model = Llama(a).to(a.device)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
     forward = torch.compile(model) if a.mode.startswith("compiled") else model
-    autocast = torch.autocast(device_type="cpu", dtype=torch.bfloat16,
+    autocast = torch.autocast(device_type=a.device, dtype=torch.bfloat16,
                               enabled=a.mode in ("bf16", "compiled_bf16"))
     g = torch.Generator().manual_seed(1)
 
     def step():
-        tokens = torch.randint(0, a.vocab, (a.batch, a.seq + 1), generator=g)
+        tokens = torch.randint(0, a.vocab, (a.batch, a.seq + 1), generator=g).to(a.device)
         with autocast:
             logits = forward(tokens[:, :-1])
             loss = F.cross_entropy(logits.reshape(-1, a.vocab), tokens[:, 1:].reshape(-1))
@@ -125,13 +127,15 @@ def main():
         opt.step()
         return loss.item()
 
-    step()  # warm-up
+    step()  # warm-up (loss.item() waits for the GPU)
     start = time.perf_counter()
     for _ in range(a.steps):
         step()
     seconds = time.perf_counter() - start
+    parameters = sum(p.numel() for p in model.parameters())
     print(json.dumps({"tokens_per_s": a.steps * a.batch * a.seq / seconds,
-                      "step_s": seconds / a.steps, "threads": a.threads, "mode": a.mode}))
+                      "step_s": seconds / a.steps, "threads": a.threads, "mode": a.mode,
+                      "device": a.device, "parameters": parameters}))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,335 @@
+#!/usr/bin/env bash
+# tools/gpu_check.sh: the GPU acceptance run (issue 46), for a machine with NVIDIA GPUs,
+# PyTorch 2.11 (CUDA 13.0) in its python3, and no network: no MPI, HDF5, yaml-cpp or Boost.
+#
+#   tools/gpu_check.sh --pack DIR   here: the binaries built here (build/, or $RETORT_BUILD),
+#                                   the test corpus, and every library they and OpenMPI need
+#                                   beyond glibc, libstdc++ and PyTorch's own, into
+#                                   DIR/retort-gpu-pack.tar.xz (at most 60 MiB)
+#   tools/gpu_check.sh [--from DIR] there: unpacks DIR's pack (default gpu_pack/) and runs the
+#                                   sequence below on the GPU
+#   tools/gpu_check.sh --dry-run [--from DIR]
+#                                   here: the same sequence on the CPU from the pack, in a
+#                                   private mount namespace where /dev/null hides the system's
+#                                   copy of every packed library and OpenMPI's programs, so
+#                                   what the pack lacks fails here, not there
+#
+# Binaries built here rather than a build there: that machine's PyTorch is the same 2.11.0
+# (CUDA 13.0) as this build's, so the binaries run against it unchanged; a build there would
+# need the headers and CMake packages of MPI, HDF5, yaml-cpp, Boost and GoogleTest carried
+# as well, and minutes of the 8 the check may take. The packed libraries are Debian 12's and
+# need glibc 2.36 or newer there.
+#
+# The sequence, each a row of the summary (printed, and written to $OUT/gpu_check.md with the
+# logs when OUT is set): the CUDA unit tests; the communicator on the device with one rank and
+# two (the second with two GPUs), NCCL on one rank included; the consistency layouts
+# TP1/TP2/STP2/PP2 in fp32 (TF32 off) and in bf16; a bf16 distillation of 50 steps whose loss
+# must fall; bench_throughput in bf16 against PyTorch eager under bf16 autocast on the same
+# model (TinyLlama's shape, sequence 2048, on the GPU; a small shape on the CPU), MFU against
+# the device's peak; bench_memory. Exit status 1 when a row failed.
+set -uo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+pack_name=retort-gpu-pack
+max_pack_bytes=$((60 * 1024 * 1024))
+mode=run
+from="$here/gpu_pack"
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --pack) mode=pack; from="${2:?--pack needs a folder}"; shift 2 ;;
+    --dry-run) mode=dry-run; shift ;;
+    --from) from="${2:?--from needs a folder}"; shift 2 ;;
+    --inside-namespace) mode=inside; shift ;;  # the dry run, re-entered (internal)
+    -h|--help) sed -n '2,/^set -uo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "error: gpu_check.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+die() { echo "error: gpu_check.sh: $*" >&2; exit 2; }
+
+# ---------------------------------------------------------------------------------------------
+# --pack
+# ---------------------------------------------------------------------------------------------
+binaries=(tools/engine_train tools/engine_consistency tools/engine_prepare_data
+          bench/bench_throughput bench/bench_memory tests/unit_torch_tests tests/mpi_tests)
+
+# Libraries that machine has: glibc's, the C++ runtime, and what PyTorch's wheel and its
+# nvidia-* packages bring (found there through python3).
+is_provided() {
+  case "$(basename "$1")" in
+    linux-vdso.so.*|ld-linux-x86-64.so.*|libc.so.*|libm.so.*|libdl.so.*|libpthread.so.*) return 0 ;;
+    librt.so.*|libutil.so.*|libresolv.so.*|libstdc++.so.*|libgcc_s.so.*) return 0 ;;
+  esac
+  case "$1" in
+    */site-packages/torch/*|*/site-packages/nvidia/*|/usr/local/cuda*) return 0 ;;
+  esac
+  return 1
+}
+
+# Every library path ldd resolves for the files given, one per line, those provided excepted.
+needed_libraries() {
+  local f
+  for f in "$@"; do
+    ldd "$f" 2>/dev/null | awk '/=> \// { print $3 }'
+  done | sort -u | while read -r lib; do is_provided "$lib" || echo "$lib"; done
+}
+
+make_pack() {
+  local out="$1" build="${RETORT_BUILD:-build}"
+  [[ "$build" == /* ]] || build="$here/$build"
+  for b in "${binaries[@]}"; do
+    [[ -x "$build/$b" ]] || die "--pack: $build/$b is missing; build first (cmake --build build)"
+  done
+  [[ -f "$build/test_data/sotu_bytes.bin" ]] ||
+    die "--pack: the test corpus $build/test_data/sotu_bytes.bin is missing; run ctest once"
+  mkdir -p "$out" || die "--pack: cannot create $out"
+  local stage
+  stage="$(mktemp -d)" || die "--pack: no temporary folder"
+  local root="$stage/$pack_name"
+  mkdir -p "$root/bin" "$root/lib" "$root/data"
+  for b in "${binaries[@]}"; do
+    cp "$build/$b" "$root/bin/" && strip --strip-unneeded "$root/bin/$(basename "$b")"
+  done
+  cp "$build"/test_data/sotu_bytes.* "$root/data/"
+  # OpenMPI, laid out as Debian installs it under its prefix, so OPAL_PREFIX relocates it.
+  local ompi="$root/ompi" plugins=/usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3
+  mkdir -p "$ompi/bin" "$ompi/lib/x86_64-linux-gnu/openmpi/lib" "$ompi/share" "$ompi/etc"
+  cp "$(readlink -f /usr/bin/mpirun)" "$ompi/bin/orterun"
+  ln -s orterun "$ompi/bin/mpirun"
+  cp "$(readlink -f /usr/bin/orted)" "$ompi/bin/orted"
+  # The components a run on one host loads; InfiniBand, UCX and libfabric ones are left out
+  # (their libraries are large and that machine has none of the hardware).
+  mkdir -p "$ompi/lib/x86_64-linux-gnu/openmpi/lib/openmpi3"
+  local component
+  for component in "$plugins"/*.so; do
+    case "$(basename "$component")" in
+      *openib*|*ucx*|*ofi*|*psm*|*verbs*|*portals*|*usnic*|*ucc*|*hcoll*|*fca*) continue ;;
+    esac
+    cp "$component" "$ompi/lib/x86_64-linux-gnu/openmpi/lib/openmpi3/"
+  done
+  cp -r /usr/share/openmpi "$ompi/share/"
+  cp /etc/openmpi/* "$ompi/etc/" 2>/dev/null
+  # Every library the binaries, mpirun and the kept components need, dereferenced, under the
+  # names the loader asks for.
+  local lib
+  needed_libraries "$root"/bin/* "$ompi"/bin/orterun "$ompi"/bin/orted \
+    "$ompi"/lib/x86_64-linux-gnu/openmpi/lib/openmpi3/*.so |
+    while read -r lib; do cp -L "$lib" "$root/lib/$(basename "$lib")"; done
+  strip --strip-unneeded "$root"/lib/*.so* 2>/dev/null
+  {
+    echo "packed $(date -u +%Y-%m-%dT%H:%MZ) from $(git -C "$here" rev-parse --short HEAD 2>/dev/null)"
+    echo "torch $("$here/tools/python" -c 'import torch; print(torch.__version__)' 2>/dev/null)"
+    echo "libraries: $(ls "$root/lib" | wc -l), OpenMPI components: $(ls "$ompi"/lib/x86_64-linux-gnu/openmpi/lib/openmpi3 | wc -l)"
+  } >"$root/MANIFEST"
+  local tarball="$out/$pack_name.tar.xz"
+  tar -C "$stage" -cJf "$tarball" "$pack_name" || die "--pack: tar failed"
+  rm -rf "$stage"
+  local bytes
+  bytes=$(stat -c %s "$tarball")
+  echo "gpu_check: packed $tarball: $((bytes / 1024 / 1024)) MiB ($bytes bytes)"
+  if ((bytes > max_pack_bytes)); then
+    rm -f "$tarball"
+    die "--pack: the pack is $bytes bytes, over the 60 MiB a device call carries"
+  fi
+}
+
+if [[ "$mode" == pack ]]; then
+  make_pack "$from"
+  exit 0
+fi
+
+# ---------------------------------------------------------------------------------------------
+# The run (GPU) and the dry run (CPU)
+# ---------------------------------------------------------------------------------------------
+if [[ "$mode" == dry-run ]]; then
+  # Re-enter in a private mount namespace that hides the system's copy of each packed library.
+  command -v unshare >/dev/null || die "--dry-run needs unshare (util-linux)"
+  exec unshare -m --propagation private "$BASH" "${BASH_SOURCE[0]}" --inside-namespace --from "$from"
+fi
+
+tarball="$from/$pack_name.tar.xz"
+[[ -f "$tarball" ]] || die "no pack at $tarball (make one here with tools/gpu_check.sh --pack DIR)"
+work="$(mktemp -d "${TMPDIR:-/tmp}/retort_gpu_check.XXXXXX")" || die "no temporary folder"
+tar -C "$work" -xJf "$tarball" || die "cannot unpack $tarball"
+pack="$work/$pack_name"
+
+if [[ "$mode" == inside ]]; then
+  device=cpu
+  python="$here/tools/python"
+  hidden=0
+  for lib in "$pack"/lib/*; do
+    for system in "/usr/lib/x86_64-linux-gnu/$(basename "$lib")" "/lib/x86_64-linux-gnu/$(basename "$lib")"; do
+      real="$(readlink -f "$system" 2>/dev/null)"
+      if [[ -e "$real" ]] && mount --bind /dev/null "$real" 2>/dev/null; then hidden=$((hidden + 1)); fi
+    done
+  done
+  for program in /usr/bin/orterun /usr/bin/orted /usr/bin/mpirun /usr/bin/mpiexec; do
+    real="$(readlink -f "$program" 2>/dev/null)"
+    [[ -e "$real" ]] && mount --bind /dev/null "$real" 2>/dev/null
+  done
+  mount --bind "$work" /usr/lib/x86_64-linux-gnu/openmpi 2>/dev/null
+  echo "gpu_check: dry run on the CPU; $hidden system libraries hidden"
+else
+  device=cuda
+  python=python3
+fi
+
+export LD_LIBRARY_PATH="$pack/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"  # the dry run's python too
+torch_lib="$("$python" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')" ||
+  die "$python has no torch"
+nvidia_libs="$("$python" -c 'import glob, os, torch; s = os.path.dirname(os.path.dirname(torch.__file__)); print(":".join(sorted(glob.glob(os.path.join(s, "nvidia", "*", "lib")))))' 2>/dev/null)"
+gpus="$("$python" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)"
+export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$torch_lib:$nvidia_libs:/usr/local/cuda/lib64"
+export OPAL_PREFIX="$pack/ompi" OPAL_SYSCONFDIR="$pack/ompi/etc"
+export PATH="$pack/ompi/bin:$pack/bin:$PATH"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mca_base_component_show_load_errors=0
+export OMPI_MCA_btl="self,vader,tcp"
+export NVIDIA_TF32_OVERRIDE=0  # fp32 products stay fp32 (cuBLAS, cuDNN)
+export GTEST_COLOR=no
+corpus="$pack/data/sotu_bytes"
+results="$work/results"
+mkdir -p "$results"
+mpirun_cmd=(mpirun --bind-to none)
+
+rows=()
+# row NAME STATUS FIGURE SECONDS
+row() { rows+=("| $1 | $2 | $3 | $4 |"); echo "gpu_check: $1: $2 ($3, $4 s)"; }
+# step NAME LOG COMMAND...: runs it, returns its exit status; the log keeps its output.
+step() {
+  local name="$1" log="$results/$2.log"
+  shift 2
+  local start=$SECONDS
+  "$@" >"$log" 2>&1
+  local rc=$?
+  step_seconds=$((SECONDS - start))
+  step_log="$log"
+  return $rc
+}
+# "N passed, M skipped" from a GoogleTest log.
+gtest_counts() {
+  local passed skipped
+  passed=$(sed -n 's/.*PASSED .*\] *\([0-9]*\) test.*/\1/p' "$1" | head -1)
+  skipped=$(sed -n 's/.*SKIPPED .*\] *\([0-9]*\) test.*/\1/p' "$1" | head -1)
+  echo "${passed:-0} passed, ${skipped:-0} skipped (no GPU)" | sed 's/, 0 skipped (no GPU)//'
+}
+tail_reason() { tail -n 40 "$1" | grep -m1 -E "error|Error|FAILED|not built|abort" | cut -c1-140; }
+
+# 1. CUDA unit tests (the tests that need a GPU skip themselves without one)
+if step "CUDA unit tests" cuda_unit unit_torch_tests --gtest_filter='Cuda*:*OnCuda*:Nccl*' --gtest_brief=1; then
+  row "CUDA unit tests" ok "$(gtest_counts "$step_log")" $step_seconds
+else
+  row "CUDA unit tests" FAILED "$(tail_reason "$step_log")" $step_seconds
+fi
+
+# 2. NCCL through the communicator: one rank, and two where two GPUs are present
+for ranks in 1 2; do
+  if ((ranks == 2 && gpus < 2)) && [[ "$device" == cuda ]]; then
+    row "NCCL, 2 ranks" skipped "one GPU" 0
+    continue
+  fi
+  if step "NCCL, $ranks rank(s)" "nccl_$ranks" "${mpirun_cmd[@]}" -np $ranks mpi_tests --gtest_filter='DeviceCommunicator.*'; then
+    row "communicator on $device, $ranks rank(s)" ok "$(gtest_counts "$step_log")" $step_seconds
+  else
+    row "communicator on $device, $ranks rank(s)" FAILED "$(tail_reason "$step_log")" $step_seconds
+  fi
+done
+
+# 3-4. Consistency layouts on the device, fp32 (TF32 off) and bf16 (derived tolerances)
+for dtype in float32 bfloat16; do
+  if step "consistency $dtype" "consistency_$dtype" "${mpirun_cmd[@]}" -np 4 engine_consistency \
+      "$here/configs/consistency.yaml" "data.paths=[$corpus]" "model.dtype=$dtype" \
+      "runtime.device=$device" --layouts TP1,TP2,STP2,PP2 --out "$results/consistency_$dtype"; then
+    row "consistency TP1/TP2/STP2/PP2, $dtype, $device" ok "$(grep -c '| yes |' "$step_log") layouts agree" $step_seconds
+  else
+    row "consistency TP1/TP2/STP2/PP2, $dtype, $device" FAILED "$(tail_reason "$step_log")" $step_seconds
+  fi
+done
+
+# 5. bf16 distillation, 50 steps (the consistency suite's self-contained student and teacher):
+# the loss must fall
+run_dir="$results/distill_bf16"
+if step "distill bf16" distill_bf16 engine_train "$here/configs/consistency_distill.yaml" \
+    "data.paths=[$corpus]" model.dtype=bfloat16 "runtime.device=$device" runtime.threads=0 \
+    training.steps=50 training.eval_every=0 training.log_every=1 checkpoint.save_at_end=false \
+    "run.dir=$run_dir"; then
+  losses="$("$python" -c '
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+rows = [r for r in rows if "loss" in r and "step" in r]
+print("%.3f %.3f" % (rows[0]["loss"], rows[-1]["loss"]))' "$run_dir/metrics.jsonl" 2>/dev/null)"
+  first="${losses% *}" last="${losses#* }"
+  if [[ -n "$losses" ]] && "$python" -c "import sys; sys.exit(0 if $last < $first else 1)"; then
+    row "distillation bf16, 50 steps, $device" ok "loss $first -> $last" $step_seconds
+  else
+    row "distillation bf16, 50 steps, $device" FAILED "loss did not fall: ${losses:-no metrics}" $step_seconds
+  fi
+else
+  row "distillation bf16, 50 steps, $device" FAILED "$(tail_reason "$step_log")" $step_seconds
+fi
+
+# 6. Throughput in bf16 against PyTorch eager (bf16 autocast, SDPA) on the same model
+if [[ "$device" == cuda ]]; then
+  shape=(hidden=2048 layers=22 heads=32 kv_heads=4 ffn_hidden=5632 seq=2048 batch=4 steps=5)
+else
+  shape=(hidden=256 layers=2 heads=4 kv_heads=2 ffn_hidden=688 seq=128 batch=2 steps=2)
+fi
+declare -A s
+for kv in "${shape[@]}"; do s[${kv%%=*}]=${kv#*=}; done
+retort_keys=("model.hidden=${s[hidden]}" "model.layers=${s[layers]}" "model.heads=${s[heads]}"
+             "model.kv_heads=${s[kv_heads]}" "model.ffn_hidden=${s[ffn_hidden]}"
+             "data.seq_len=${s[seq]}" "training.micro_batch=${s[batch]}"
+             "training.global_batch=${s[batch]}" model.dtype=bfloat16 "runtime.device=$device")
+# MFU against the device's dense bf16 peak (H100 and H200 SXM: 989 TFLOP/s); on the CPU
+# against the fp32 GEMM peak bench_throughput measures.
+if step "bench_throughput" throughput bench_throughput "${s[steps]}" "$(nproc)" "${retort_keys[@]}"; then
+  read -r retort_tps retort_mfu < <("$python" -c '
+import json, sys
+line = [l for l in open(sys.argv[1]) if l.startswith("json: ")][-1]
+r = json.loads(line[6:])
+peak = 989e12 if sys.argv[2] == "cuda" else r["gemm_peak_gflops"] * 1e9
+mfu = 100 * r["tokens_per_s"] * r["flops_per_token"] / peak
+print(round(r["tokens_per_s"]), "%.1f" % mfu)' "$step_log" "$device")
+  peak_name=$([[ "$device" == cuda ]] && echo "dense bf16 peak" || echo "fp32 GEMM peak")
+  row "Retort bf16, ${s[hidden]}x${s[layers]}, seq ${s[seq]}, $device" ok "$retort_tps tokens/s, MFU $retort_mfu% of the $peak_name" $step_seconds
+else
+  retort_tps=""
+  row "Retort bf16, ${s[hidden]}x${s[layers]}, seq ${s[seq]}, $device" FAILED "$(tail_reason "$step_log")" $step_seconds
+fi
+if step "pytorch eager" pytorch_eager "$python" "$here/bench/peer/torch_llama.py" --mode bf16 \
+    --device "$device" --hidden "${s[hidden]}" --layers "${s[layers]}" --heads "${s[heads]}" \
+    --kv_heads "${s[kv_heads]}" --ffn "${s[ffn_hidden]}" --seq "${s[seq]}" --batch "${s[batch]}" \
+    --steps "${s[steps]}" --threads "$(nproc)"; then
+  torch_tps="$("$python" -c 'import json,sys; print(round(json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])["tokens_per_s"]))' "$step_log")"
+  ratio=""
+  if [[ -n "$retort_tps" ]]; then
+    ratio="; Retort $("$python" -c "print(f'{$retort_tps / $torch_tps:.2f}x')")"
+  fi
+  row "PyTorch eager bf16 autocast, same model, $device" ok "$torch_tps tokens/s$ratio" $step_seconds
+else
+  row "PyTorch eager bf16 autocast, same model, $device" FAILED "$(tail -n1 "$step_log" | cut -c1-140)" $step_seconds
+fi
+
+# 7. Memory with offloading
+if step "bench_memory" memory bench_memory 1 "$(nproc)" "runtime.device=$device"; then
+  peaks="$(awk -F'|' '/\| LM 39.6M \| baseline/ {b=$6} /\| LM 39.6M \| offloading/ {o=$6} /\| LM bf16  \| offloading/ {h=$6}
+    END {gsub(/ /, "", b); gsub(/ /, "", o); gsub(/ /, "", h); printf "peak MB: fp32 %s, fp32 offloading %s, bf16 offloading %s", b, o, h}' "$step_log")"
+  row "bench_memory, $device" ok "$peaks" $step_seconds
+else
+  row "bench_memory, $device" FAILED "$(tail_reason "$step_log")" $step_seconds
+fi
+
+summary="$(
+  echo "| check | result | figure | seconds |"
+  echo "|---|---|---|---|"
+  printf '%s\n' "${rows[@]}"
+)"
+echo
+echo "gpu_check on $device ($( [[ $device == cuda ]] && "$python" -c 'import torch; print(torch.cuda.get_device_name(0))' 2>/dev/null || echo "$(nproc) cores, dry run")), $(date -u +%Y-%m-%dT%H:%MZ), pack: $(head -1 "$pack/MANIFEST")"
+echo "$summary"
+if [[ -n "${OUT:-}" ]]; then
+  mkdir -p "$OUT" && echo "$summary" >"$OUT/gpu_check.md" && cp -r "$results" "$OUT/logs" 2>/dev/null
+fi
+rm -rf "$work"
+[[ "$summary" == *FAILED* ]] && exit 1
+exit 0
