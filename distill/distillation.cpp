@@ -99,7 +99,7 @@ std::set<std::string> Distiller::teacher_captures() const {
 torch::Tensor Distiller::output_loss(const HeadInput& student, const HeadInput& teacher,
                                      const torch::Tensor& targets, double target_count,
                                      int64_t vocab_size, int64_t lm_chunk_tokens,
-                                     bool recompute_heads, LossTerms* terms) const {
+                                     bool recompute_heads, PendingTerms* terms) const {
   const bool with_lm = config_.lm_weight > 0;
   if (config_.logit_weight > 0) {  // with the LM loss fused in when both are on
     const bool dropped = fault_injected(Fault::LogitTermOneTpRank) && tp_.rank() != 0;
@@ -109,8 +109,8 @@ torch::Tensor Distiller::output_loss(const HeadInput& student, const HeadInput& 
         student, teacher, targets.ne(kIgnore), with_lm ? targets : torch::Tensor(), vocab_size,
         config_.logits, tp_, factors,
         recompute_heads ? HeadLogits::formed_again_in_backward : HeadLogits::gradient_in_forward);
-    terms->logits += (value.kd_sum / target_count).item<double>();
-    if (with_lm) terms->lm += (value.ce_sum / target_count).item<double>();
+    terms->add(PendingTerms::Term::logits, value.kd_sum / target_count);
+    if (with_lm) terms->add(PendingTerms::Term::lm, value.ce_sum / target_count);
     return value.total;
   }
   if (!with_lm) return torch::zeros({}, student.input.options());
@@ -125,14 +125,14 @@ torch::Tensor Distiller::output_loss(const HeadInput& student, const HeadInput& 
                  .sum();
   }
   torch::Tensor lm = ce_sum / target_count;
-  terms->lm += lm.item<double>();
+  terms->add(PendingTerms::Term::lm, lm);
   return config_.lm_weight * lm;
 }
 
 torch::Tensor Distiller::activation_loss(const torch::Tensor& targets,
                                          layers::CaptureSink& student_sink,
                                          layers::CaptureSink& teacher_sink, double target_count,
-                                         LossTerms* terms) const {
+                                         PendingTerms* terms) const {
   torch::Tensor sum;
   if (config_.activation_weight <= 0) return torch::zeros({});
   // Under STP capture points hold this rank's part of the sequence.
@@ -152,7 +152,7 @@ torch::Tensor Distiller::activation_loss(const torch::Tensor& targets,
                              : target_count;
     torch::Tensor pair_loss =
         activation_distillation_sum(s, t, local_weight, config_.activation_kind, tp_) / count;
-    terms->per_pair[pair.student] += pair_loss.item<double>();
+    terms->add_pair(pair.student, pair_loss);
     sum = sum.defined() ? sum + pair_loss : pair_loss;
   }
   // The losses' graphs keep what their backward needs (mse and l2: the difference); the
@@ -163,7 +163,7 @@ torch::Tensor Distiller::activation_loss(const torch::Tensor& targets,
     if (local(i)) used.insert(config_.pairs[i].student);
   for (const std::string& name : used) student_sink.take(name);
   if (!sum.defined()) return torch::zeros({});
-  terms->activations += sum.item<double>();
+  terms->add(PendingTerms::Term::activations, sum);
   return config_.activation_weight * sum;
 }
 

@@ -18,7 +18,7 @@
 
 #include "distill/activation_losses.h"
 #include "distill/logit_losses.h"
-#include "distill/loss_terms.h"
+#include "distill/pending_terms.h"
 #include "distill/teacher.h"
 
 namespace retort::distill {
@@ -51,12 +51,13 @@ class Distiller {
   // it. `teacher` is unused without a logit loss; terms receives the parts.
   torch::Tensor output_loss(const HeadInput& student, const HeadInput& teacher,
                             const torch::Tensor& targets, double target_count, int64_t vocab_size,
-                            int64_t lm_chunk_tokens, bool recompute_heads, LossTerms* terms) const;
+                            int64_t lm_chunk_tokens, bool recompute_heads,
+                            PendingTerms* terms) const;
   // The weighted activation losses of this stage's pairs (zero without any). Takes the
   // pairs' captures out of both sinks: the losses keep what their backward needs.
   torch::Tensor activation_loss(const torch::Tensor& targets, layers::CaptureSink& student_sink,
                                 layers::CaptureSink& teacher_sink, double target_count,
-                                LossTerms* terms) const;
+                                PendingTerms* terms) const;
 
  private:
   bool local(size_t pair) const { return local_[pair]; }

@@ -84,7 +84,10 @@ double StageStep::train(parallel::Communicator& pp, const std::vector<MicroBatch
   const int micro_batches = int(micro.size());
   const int64_t batch = micro.at(0).tokens.size(0);
   std::vector<InFlight> in_flight(micro.size());
-  double loss_value = 0;
+  // The loss and its terms stay where the losses are formed until the step's end: one read to
+  // the host per step, not one per micro-batch.
+  torch::Tensor loss_value;
+  distill::PendingTerms pending;
 
   parallel::PipelineStage runner;
   runner.activation_shape = hidden_shape(batch, student_width + teacher_width);
@@ -124,8 +127,8 @@ double StageStep::train(parallel::Communicator& pp, const std::vector<MicroBatch
 
     torch::Tensor loss;  // this stage's part of the micro-batch's loss
     if (distiller)
-      loss =
-          distiller->activation_loss(micro_batch.targets, sink, teacher_sink, target_count, &terms);
+      loss = distiller->activation_loss(micro_batch.targets, sink, teacher_sink, target_count,
+                                        &pending);
     if (stage.head) {
       TraceSpan span([] { return "retort head and loss"; });
       torch::Tensor head;
@@ -146,12 +149,13 @@ double StageStep::train(parallel::Communicator& pp, const std::vector<MicroBatch
         head = distiller->output_loss({student.head_input(x), student.head_weight(), head_sink},
                                       teacher_head, micro_batch.targets, target_count,
                                       student.config().vocab_size, student.head_chunk_tokens(),
-                                      recompute, &terms);
+                                      recompute, &pending);
       }
       loss = loss.defined() ? loss + head : head;
     }
     if (loss.defined()) {
-      loss_value += loss.item<double>();
+      const torch::Tensor value = loss.detach().to(torch::kDouble);
+      loss_value = loss_value.defined() ? loss_value + value : value;
       flight.loss_edge = edge_of(loss);
       flight.loss_seed = torch::ones({}, loss.options());
     }
@@ -194,14 +198,15 @@ double StageStep::train(parallel::Communicator& pp, const std::vector<MicroBatch
   times.schedule_s += seconds_since(start);
   if (time_pipeline)
     inspector->pipeline_timing = {times.forward_s + times.backward_s, times.schedule_s};
-  return loss_value;
+  pending.settle_into(terms);
+  return loss_value.defined() ? loss_value.item<double>() : 0.0;
 }
 
 double StageStep::evaluate(parallel::Communicator& pp, const std::vector<MicroBatch>& micro) {
   torch::NoGradGuard no_grad;
   if (micro.empty()) return 0;
   const layers::LlamaModel& student = *models_.student;
-  double loss_sum = 0;
+  torch::Tensor loss_sum;
   parallel::PipelineStage runner;
   runner.activation_shape = hidden_shape(micro[0].tokens.size(0), student.config().hidden);
   runner.dtype = dtype_;
@@ -212,11 +217,12 @@ double StageStep::evaluate(parallel::Communicator& pp, const std::vector<MicroBa
     torch::Tensor x = student.stage().embedding ? student.embed(micro_batch.tokens) : received;
     x = student.run_blocks(x, seq_len_, nullptr);
     if (!student.stage().head) return x;
-    loss_sum += student.head_loss_sum(x, micro_batch.targets).item<double>();
+    const torch::Tensor sum = student.head_loss_sum(x, micro_batch.targets).to(torch::kDouble);
+    loss_sum = loss_sum.defined() ? loss_sum + sum : sum;  // read once, after the last
     return {};
   };
   parallel::run_forwards(pp, int(micro.size()), runner);
-  return loss_sum;
+  return loss_sum.defined() ? loss_sum.item<double>() : 0.0;
 }
 
 }  // namespace retort::engine

@@ -51,10 +51,12 @@ double run_identical(const layers::TensorParallel& tp, LogitLoss logit_kind,
   layers::CaptureSink student_sink(distiller.student_captures());
   torch::Tensor t = teacher.run_blocks(teacher.embed(tokens), tokens.size(1), &teacher_sink);
   torch::Tensor x = student.run_blocks(student.embed(tokens), tokens.size(1), &student_sink);
+  PendingTerms pending;
   torch::Tensor loss =
-      distiller.activation_loss(targets, student_sink, teacher_sink, 31.0, terms) +
+      distiller.activation_loss(targets, student_sink, teacher_sink, 31.0, &pending) +
       distiller.output_loss({student.head_input(x), student.head_weight()}, teacher.head_input(t),
-                            targets, 31.0, c.vocab_size, 0, false, terms);
+                            targets, 31.0, c.vocab_size, 0, false, &pending);
+  pending.settle_into(*terms);
   loss.backward();
   engine::sum_partial_tp_grads(store, tp);
   double largest = 0;

@@ -296,7 +296,7 @@ TEST(ActivationLosses, DistillerReleasesTheCapturesItsLossesUsed) {
   teacher.forward(tokens, &teacher_sink);
   student.forward(tokens, &student_sink);
   for (const ActivationPair& pair : distiller.pairs()) ASSERT_TRUE(student_sink.has(pair.student));
-  LossTerms terms;
+  PendingTerms terms;
   torch::Tensor loss = distiller.activation_loss(tokens, student_sink, teacher_sink, 16.0, &terms);
   for (const ActivationPair& pair : distiller.pairs()) {
     EXPECT_FALSE(student_sink.has(pair.student)) << pair.student;

@@ -180,3 +180,29 @@ TEST(Trainer, KeepLastKeepsTheNewestCheckpoints) {
   EXPECT_EQ(kept, (std::vector<std::string>{"step_00000004", "step_00000005"}));
   EXPECT_EQ(resolve_checkpoint(dir), (fs::path(dir) / "checkpoints" / "step_00000005").string());
 }
+
+// A distillation step's reported terms are the parts of its loss: loss = lm_weight x lm +
+// logit_weight x logit + activation_weight x activation (configs/consistency_distill.yaml: 0.5,
+// 1, 0.5), the activation term the sum of its pairs', each term read once at the step's end
+// from where the losses were formed, over two micro-batches.
+TEST(Trainer, DistillationTermsAreThePartsOfTheLoss) {
+  const TrainConfig config = make_train_config(
+      Config::load(RETORT_TEST_CONFIGS "/consistency_distill.yaml",
+                   {"data.paths=[" RETORT_TEST_CORPUS "]", "run.dir=" + fresh_dir("terms"),
+                    "training.steps=1", "checkpoint.save_at_end=false"}),
+      1);
+  Trainer trainer(config, nullptr);
+  const StepResult result = trainer.train_step();
+  const retort::distill::LossTerms& t = result.terms;
+  EXPECT_GT(t.lm, 0);
+  EXPECT_GT(t.logits, 0);
+  EXPECT_GT(t.activations, 0);
+  ASSERT_EQ(t.per_pair.size(), 3u);
+  double pairs = 0;
+  for (const auto& [name, value] : t.per_pair) {
+    EXPECT_GT(value, 0) << name;
+    pairs += value;
+  }
+  EXPECT_NEAR(t.activations, pairs, 1e-6 * t.activations);
+  EXPECT_NEAR(result.loss, 0.5 * t.lm + 1.0 * t.logits + 0.5 * t.activations, 1e-5 * result.loss);
+}

@@ -1,0 +1,61 @@
+// distill/pending_terms.h: a step's loss terms while they are formed, kept where the losses are
+// (on the GPU in a CUDA run): each micro-batch adds detached scalars, and settle_into() reads
+// them to the host in one transfer at the end of the step, so the step path never waits for the
+// device to learn a loss value.
+#pragma once
+#include <torch/torch.h>
+
+#include <map>
+#include <string>
+
+#include "distill/loss_terms.h"
+
+namespace retort::distill {
+
+class PendingTerms {
+ public:
+  enum class Term { lm, logits, activations };
+  void add(Term term, const torch::Tensor& value) { add_to(sums_[name_of(term)], value); }
+  void add_pair(const std::string& student_capture, const torch::Tensor& value) {
+    add_to(sums_["pair:" + student_capture], value);
+    pairs_.emplace(student_capture, "pair:" + student_capture);
+  }
+  // Adds every pending sum into `terms` (one device-to-host copy) and clears.
+  void settle_into(LossTerms& terms) {
+    if (sums_.empty()) return;
+    std::vector<torch::Tensor> values;
+    for (const auto& [name, sum] : sums_) values.push_back(sum.reshape({1}));
+    const torch::Tensor host = torch::cat(values).to(torch::kCPU, torch::kDouble);
+    size_t i = 0;
+    std::map<std::string, double> read;
+    for (const auto& [name, sum] : sums_) read[name] = host[int64_t(i++)].item<double>();
+    terms.lm += read.count("lm") ? read["lm"] : 0.0;
+    terms.logits += read.count("logits") ? read["logits"] : 0.0;
+    terms.activations += read.count("activations") ? read["activations"] : 0.0;
+    for (const auto& [pair, name] : pairs_) terms.per_pair[pair] += read[name];
+    sums_.clear();
+    pairs_.clear();
+  }
+
+ private:
+  static const char* name_of(Term term) {
+    switch (term) {
+      case Term::lm:
+        return "lm";
+      case Term::logits:
+        return "logits";
+      case Term::activations:
+        break;
+    }
+    return "activations";
+  }
+  // Summed in float64 (as LossTerms' doubles are), detached.
+  static void add_to(torch::Tensor& sum, const torch::Tensor& value) {
+    const torch::Tensor v = value.detach().to(torch::kDouble).reshape({});
+    sum = sum.defined() ? sum + v : v;
+  }
+  std::map<std::string, torch::Tensor> sums_;
+  std::map<std::string, std::string> pairs_;  // student capture -> its key in sums_
+};
+
+}  // namespace retort::distill
