@@ -63,10 +63,10 @@ TEST(KernelDispatch, AutomaticModeRoutesByDeviceDtypeAndShape) {
        {Operation::block_row_loops, Operation::head_cross_entropy, Operation::logit_loss}) {
     EXPECT_EQ(route(op, {DeviceKind::cpu, ElementType::f32}), Route::ours) << int(op);
     EXPECT_EQ(route(op, {DeviceKind::cpu, ElementType::f64}), Route::ours) << int(op);
-    // The block's row loops read and write bf16 rows; the head's and the logit losses' run on
+    // The block's row loops and the head's read and write bf16 rows; the logit losses' run on
     // float32 logits only.
     EXPECT_EQ(route(op, {DeviceKind::cpu, ElementType::bf16}),
-              op == Operation::block_row_loops ? Route::ours : Route::aten)
+              op == Operation::logit_loss ? Route::aten : Route::ours)
         << int(op);
     EXPECT_EQ(route(op, {DeviceKind::cpu, ElementType::f16}), Route::aten) << int(op);
     EXPECT_EQ(route(op, {DeviceKind::cuda, ElementType::f32}), Route::aten) << int(op);
