@@ -4,8 +4,8 @@
 namespace retort::distill {
 
 Teacher::Teacher(const layers::ModelConfig& config, uint64_t seed, torch::ScalarType dtype,
-                 const layers::TensorParallel& tp, layers::ModelStage stage)
-    : store_(std::make_unique<layers::ParameterStore>(seed, dtype, tp.position())) {
+                 const layers::TensorParallel& tp, layers::ModelStage stage, torch::Device device)
+    : store_(std::make_unique<layers::ParameterStore>(seed, dtype, tp.position(), device)) {
   store_->set_lr_scale_rule([](const std::string&) { return 0.0; });  // frozen: no gradients
   model_ = std::make_unique<layers::LlamaModel>(config, *store_, tp, stage);
 }

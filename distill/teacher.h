@@ -17,7 +17,8 @@ namespace retort::distill {
 class Teacher {
  public:
   Teacher(const layers::ModelConfig& config, uint64_t seed, torch::ScalarType dtype,
-          const layers::TensorParallel& tp, layers::ModelStage stage = {});
+          const layers::TensorParallel& tp, layers::ModelStage stage = {},
+          torch::Device device = torch::kCPU);
   // Whole teacher: masked local logits [b, s, padded_vocab / tp]; records the wanted
   // capture points.
   torch::Tensor forward(const torch::Tensor& tokens, layers::CaptureSink* sink) const;

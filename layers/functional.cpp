@@ -43,7 +43,8 @@ torch::Tensor attention_mask(int64_t q_len, int64_t k_len, int64_t q_offset, int
   torch::Tensor visible = kj <= qi;
   if (window > 0) visible = visible & ((qi - kj) < window);
   torch::Tensor mask = torch::zeros({q_len, k_len}, options);
-  return mask.masked_fill(visible.logical_not(), -std::numeric_limits<double>::infinity());
+  return mask.masked_fill(visible.logical_not().to(mask.device()),
+                          -std::numeric_limits<double>::infinity());
 }
 
 torch::Tensor grouped_attention(const torch::Tensor& q, const torch::Tensor& k,

@@ -36,15 +36,16 @@ torch::Tensor local_shard(const torch::Tensor& global, const ParamSpec& spec, Sh
   return global.narrow(spec.shard_dim, tp.rank * part, part).contiguous();
 }
 
-ParameterStore::ParameterStore(uint64_t seed, torch::ScalarType dtype, ShardPosition tp)
-    : seed_(seed), dtype_(dtype), tp_(tp) {}
+ParameterStore::ParameterStore(uint64_t seed, torch::ScalarType dtype, ShardPosition tp,
+                               torch::Device device)
+    : seed_(seed), dtype_(dtype), device_(device), tp_(tp) {}
 
 torch::Tensor ParameterStore::create(const ParamSpec& given) {
   TORCH_CHECK(find(given.name) == nullptr, "parameter registered twice: ", given.name);
   ParamSpec spec = given;
   if (lr_scale_rule_) spec.lr_scale = lr_scale_rule_(spec.name);
   torch::Tensor value = local_shard(pad_rows(initial_global_value(spec, seed_), spec), spec, tp_)
-                            .to(dtype_)
+                            .to(device_, dtype_)
                             .contiguous();
   value.set_requires_grad(!spec.frozen());
   params_.push_back({spec, value});

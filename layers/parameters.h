@@ -26,7 +26,10 @@ struct ShardPosition {
 
 class ParameterStore {
  public:
-  ParameterStore(uint64_t seed, torch::ScalarType dtype, ShardPosition tp = {});
+  // Parameters are initialised on the CPU (layout-independent values from the seed) and then
+  // placed on `device`.
+  ParameterStore(uint64_t seed, torch::ScalarType dtype, ShardPosition tp = {},
+                 torch::Device device = torch::kCPU);
 
   // Creates, initialises and registers a parameter; returns its local tensor. The spec's
   // lr_scale is replaced by the rule's value when a rule is set (freezing by name).
@@ -42,10 +45,12 @@ class ParameterStore {
   ShardPosition tp() const { return tp_; }
   uint64_t seed() const { return seed_; }
   torch::ScalarType dtype() const { return dtype_; }
+  torch::Device device() const { return device_; }
 
  private:
   uint64_t seed_;
   torch::ScalarType dtype_;
+  torch::Device device_;
   ShardPosition tp_;
   std::vector<Parameter> params_;
   std::function<double(const std::string&)> lr_scale_rule_;

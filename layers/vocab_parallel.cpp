@@ -406,7 +406,7 @@ torch::Tensor mask_padded_logits(const torch::Tensor& logits, int64_t vocab_size
                                  const TensorParallel& tp) {
   const int64_t local = logits.size(-1), start = tp.rank() * local;
   if (start + local <= vocab_size) return logits;
-  torch::Tensor ids = torch::arange(start, start + local, torch::kLong);
+  torch::Tensor ids = torch::arange(start, start + local, logits.options().dtype(torch::kLong));
   return logits.masked_fill(ids >= vocab_size, -std::numeric_limits<double>::infinity());
 }
 

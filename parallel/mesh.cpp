@@ -88,6 +88,16 @@ std::string describe(const std::string& name, Transport transport,
 
 }  // namespace
 
+int Mesh::local_rank() const {
+  if (world_->mpi() == MPI_COMM_NULL) return 0;
+  MPI_Comm node;
+  MPI_Comm_split_type(world_->mpi(), MPI_COMM_TYPE_SHARED, world_rank_, MPI_INFO_NULL, &node);
+  int local = 0;
+  MPI_Comm_rank(node, &local);
+  MPI_Comm_free(&node);
+  return local;
+}
+
 std::vector<std::string> Mesh::choose_transports(TransportChoice choice, int gpu) {
   RankPlace here{0, gpu};
   if (world_->mpi() != MPI_COMM_NULL) {  // the host: the lowest world rank sharing its memory

@@ -45,6 +45,8 @@ class Mesh {
   // rules of transport.h. Returns, for the start-up banner, one line per group of more than
   // one rank: its name, transport and where its ranks sit.
   std::vector<std::string> choose_transports(TransportChoice choice, int gpu);
+  // This rank's number among the ranks of its host (0 for a single process); collective.
+  int local_rank() const;
 
  private:
   Mesh() = default;

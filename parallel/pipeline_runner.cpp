@@ -36,7 +36,8 @@ class StageMessages {
 
  private:
   torch::Tensor receive(const std::vector<int64_t>& shape, int source, int tag) {
-    torch::Tensor t = torch::empty(shape, torch::TensorOptions().dtype(stage_.dtype));
+    torch::Tensor t =
+        torch::empty(shape, torch::TensorOptions().dtype(stage_.dtype).device(stage_.device));
     pp_.recv(t, source, tag);
     return t;
   }

@@ -22,6 +22,7 @@ struct PipelineStage {
   std::vector<int64_t> activation_shape;  // what travels forward between stages
   std::vector<int64_t> gradient_shape;    // what travels backward; empty = activation_shape
   torch::ScalarType dtype = torch::kFloat;
+  torch::Device device = torch::kCPU;  // where received activations and gradients are placed
 };
 
 // Runs `micro_batches` through the stage in 1F1B order over the pipeline group `pp`

@@ -16,13 +16,13 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "kernels/crc32c.h"
 #include "common/fault_injection.h"
 #include "common/make_directories.h"
 #include "common/user_error.h"
 #include "engine/checkpoint/h5_tensors.h"
 #include "engine/checkpoint/shard_box.h"
 #include "engine/checkpoint/stage_agreement.h"
+#include "kernels/crc32c.h"
 #include "layers/sharding.h"
 #include "parallel/stage_collect.h"
 
@@ -310,7 +310,7 @@ void save_checkpoint(const std::string& path, parallel::Mesh& mesh,
     auto region = [&](const torch::Tensor& t) {
       torch::Tensor r = t.detach();
       if (p.spec.shard_dim >= 0) r = r.narrow(p.spec.shard_dim, 0, box.shape[p.spec.shard_dim]);
-      return r.contiguous();
+      return r.contiguous().cpu();  // written and checksummed from host memory
     };
     auto add = [&](const std::string& key, const torch::Tensor& t) {
       pieces.emplace_back(key, region(t));

@@ -93,6 +93,7 @@ double StageStep::train(parallel::Communicator& pp, const std::vector<MicroBatch
   runner.activation_shape = hidden_shape(batch, student_width + teacher_width);
   runner.gradient_shape = hidden_shape(batch, student_width);
   runner.dtype = dtype_;
+  runner.device = micro.at(0).tokens.device();  // the batches are placed where the model is
   runner.forward = [&](int m, const torch::Tensor& received) -> torch::Tensor {
     const MicroBatch& micro_batch = micro[m];
     InFlight& flight = in_flight[m];
@@ -210,6 +211,7 @@ double StageStep::evaluate(parallel::Communicator& pp, const std::vector<MicroBa
   parallel::PipelineStage runner;
   runner.activation_shape = hidden_shape(micro[0].tokens.size(0), student.config().hidden);
   runner.dtype = dtype_;
+  runner.device = micro[0].tokens.device();
   runner.forward = [&](int m, const torch::Tensor& received) -> torch::Tensor {
     const MicroBatch& micro_batch = micro[m];
     TORCH_CHECK(micro_batch.tokens.size(0) == micro[0].tokens.size(0),

@@ -1,6 +1,7 @@
 // engine/train/trainer.cpp: see trainer.h.
 #include "engine/train/trainer.h"
 
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <fnmatch.h>
 
 #include <chrono>
@@ -51,6 +52,12 @@ parallel::TransportChoice transport_choice(GpuTransport key) {
 
 }  // namespace
 
+torch::Tensor Trainer::placed(const torch::Tensor& host) const {
+  if (device_.is_cpu()) return host;
+  // Through pinned memory, without waiting: the copy is queued before the step's kernels.
+  return host.pin_memory().to(device_, /*non_blocking=*/true);
+}
+
 void Trainer::report_transports(const std::vector<std::string>& groups) {
   if (!log_ || groups.empty()) return;
   *log_ << "retort: groups of rank 0:";
@@ -76,14 +83,18 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
       residual_dtype_(config.fp32_residual ? dtype_ : compute_dtype_) {
   MemoryTracker& memory = MemoryTracker::install();  // before the first parameter
   parallel::set_collective_timeout(config_.runtime.collective_timeout_s);
-  if (config_.runtime.device == Device::cuda)
-    throw UserError(torch::cuda::is_available()
-                        ? "runtime.device=cuda: placing the model on the GPU is not built yet; "
-                          "use runtime.device=cpu"
-                        : "runtime.device=cuda: no GPU is visible to this process (engine_train "
-                          "--version says what is compiled in); use runtime.device=cpu");
-  report_transports(mesh_.choose_transports(transport_choice(config_.parallel.gpu_transport),
-                                            /*gpu=*/-1));
+  int gpu = -1;
+  if (config_.runtime.device == Device::cuda) {
+    if (!torch::cuda::is_available())
+      throw UserError(
+          "runtime.device=cuda: no GPU is visible to this process (engine_train --version says "
+          "what is compiled in); use runtime.device=cpu");
+    gpu = parallel::gpu_for_local_rank(mesh_.local_rank(), int(torch::cuda::device_count()),
+                                       int(config_.runtime.gpus_per_node));
+    device_ = torch::Device(torch::kCUDA, gpu);
+    c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->setDevice(device_);
+  }
+  report_transports(mesh_.choose_transports(transport_choice(config_.parallel.gpu_transport), gpu));
   kernels::set_kernel_mode(kernels::kernel_mode_for(config_.runtime.kernels == KernelChoice::aten
                                                         ? kernels::KernelMode::aten
                                                         : kernels::KernelMode::automatic));
@@ -100,7 +111,8 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
   }
   {
     MemoryScope parameters(MemoryCategory::parameters);
-    store_ = std::make_unique<layers::ParameterStore>(config_.seed, dtype_, tp_.position());
+    store_ =
+        std::make_unique<layers::ParameterStore>(config_.seed, dtype_, tp_.position(), device_);
     store_->set_lr_scale_rule(
         [this](const std::string& name) { return config_.params.lr_scale(name); });
     model_ = std::make_unique<layers::LlamaModel>(config_.model, *store_, tp_, stage);
@@ -121,7 +133,8 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
   });
   GradSyncOptions sync;
   sync.bucket_bytes = static_cast<int64_t>(config_.parallel.dp_bucket_mb * 1e6);
-  sync.shared_memory = config_.parallel.dp_shared_memory;
+  // The shared-memory sum reads host memory: GPU gradients go through the group's transport.
+  sync.shared_memory = config_.parallel.dp_shared_memory && device_.is_cpu();
   if (config_.parallel.dp_reduce_dtype == ReduceDType::bfloat16)
     sync.reduce_dtype = torch::kBFloat16;
   sync.zero = config_.optimizer.zero_stage == 1;
@@ -145,7 +158,7 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
     options.tied_here = config_.model.tied_embeddings;  // and so on this stage
     options.vocab_start = tp_.rank() * store_->all()[options.index].value.size(0);
     options.owner = sync_->zero() ? sync_->zero()->owner(options.index) : -1;
-    options.shared_memory = config_.parallel.dp_shared_memory;
+    options.shared_memory = config_.parallel.dp_shared_memory && device_.is_cpu();
     // Stepping inside backward, or (reduce-only) only reducing it in blocks over DP.
     AdamW* stepping = config_.optimizer.in_backward ? optimizer_.get() : nullptr;
     head_stepper_ = std::make_unique<HeadRowStepper>(*store_, stepping, mesh_.dp(), options);
@@ -302,7 +315,7 @@ void Trainer::build_distiller() {
   {
     MemoryScope weights(MemoryCategory::teacher_weights);
     teacher_ = std::make_unique<distill::Teacher>(teacher_model, settings.keys.seed, compute_dtype_,
-                                                  tp_, teacher_stage);
+                                                  tp_, teacher_stage, device_);
   }
   teacher_->set_residual_type(residual_dtype_);
   if (hf_teacher)
@@ -370,7 +383,8 @@ std::vector<MicroBatch> Trainer::read_micro_batches(double& target_count) {
   for (int64_t m = 0; m < plan.micro_batches_per_step(); ++m) {
     const int64_t first = plan.first_sample(progress_.step, m);
     const TokenBatch batch = read_batch(*streams_.train, first, training.micro_batch);
-    micro.push_back({to_tensor(batch.inputs, batch.batch), to_tensor(batch.targets, batch.batch),
+    micro.push_back({placed(to_tensor(batch.inputs, batch.batch)),
+                     placed(to_tensor(batch.targets, batch.batch)),
                      first - progress_.step * training.global_batch});
     local_targets += int64_t(batch.targets.size());  // no padding: every target counts
   }
@@ -425,7 +439,8 @@ StepResult Trainer::train_step() {
   }
   if (head_stepper_) {
     std::vector<torch::Tensor> tokens;
-    for (const MicroBatch& b : micro) tokens.push_back(b.tokens);
+    for (const MicroBatch& b : micro)
+      tokens.push_back(b.tokens.cpu());  // its bookkeeping is host-side
     head_stepper_->begin_step(tokens, result.lr);
   }
   if (distiller_ && distiller_->uses_activations())  // every stage reports every pair
@@ -495,8 +510,9 @@ double Trainer::evaluate() {
     if (index % mesh_.dp().size() != mesh_.dp().rank()) continue;
     const TokenBatch b =
         read_batch(*streams_.valid, first, std::min(training.micro_batch, samples - first));
-    mine.push_back({to_tensor(b.inputs, b.batch), to_tensor(b.targets, b.batch), first});
-    count += double(layers::count_targets(mine.back().targets));
+    const torch::Tensor targets = to_tensor(b.targets, b.batch);
+    count += double(layers::count_targets(targets));
+    mine.push_back({placed(to_tensor(b.inputs, b.batch)), placed(targets), first});
   }
   // On the last stage; 0 on the others.
   torch::Tensor loss_sum = torch::tensor({stage_step_->evaluate(mesh_.pp(), mine)}, torch::kDouble);

@@ -69,6 +69,8 @@ class Trainer {
  private:
   Trainer(const TrainConfig& config, std::ostream* log, std::unique_ptr<parallel::Mesh> own_mesh,
           parallel::Mesh* mesh);
+  // A batch tensor built on the host, on this rank's device.
+  torch::Tensor placed(const torch::Tensor& host) const;
   // The start-up banner's line of how each group of this rank moves tensors.
   void report_transports(const std::vector<std::string>& groups);
   void initialise_student();
@@ -103,9 +105,10 @@ class Trainer {
   std::unique_ptr<parallel::Mesh> own_mesh_;  // single process only
   parallel::Mesh& mesh_;
   layers::TensorParallel tp_;
-  torch::ScalarType dtype_;           // the parameters' (main weights under bf16)
-  torch::ScalarType compute_dtype_;   // the products'; the teacher's weights
-  torch::ScalarType residual_dtype_;  // the residual stream's and pipeline messages'
+  torch::ScalarType dtype_;             // the parameters' (main weights under bf16)
+  torch::ScalarType compute_dtype_;     // the products'; the teacher's weights
+  torch::ScalarType residual_dtype_;    // the residual stream's and pipeline messages'
+  torch::Device device_ = torch::kCPU;  // runtime.device: the CPU or this rank's GPU
   std::unique_ptr<layers::ParameterStore> store_;
   std::unique_ptr<layers::LlamaModel> model_;
   std::unique_ptr<AdamW> optimizer_;
