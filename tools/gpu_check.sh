@@ -21,7 +21,7 @@
 # need glibc 2.36 or newer there.
 #
 # The sequence, each a row of the summary (printed, and written to $OUT/gpu_check.md with the
-# logs when OUT is set): the CUDA unit tests; the communicator on the device with one rank and
+# logs when OUT is set): whether the pack's programs load there; the CUDA unit tests; the communicator on the device with one rank and
 # two (the second with two GPUs), NCCL on one rank included; the consistency layouts
 # TP1/TP2/STP2/PP2 in fp32 (TF32 off) and in bf16; a bf16 distillation of 50 steps whose loss
 # must fall; bench_throughput in bf16 against PyTorch eager under bf16 autocast on the same
@@ -156,12 +156,26 @@ pack="$work/$pack_name"
 if [[ "$mode" == inside ]]; then
   device=cpu
   python="$here/tools/python"
-  hidden=0
-  for lib in "$pack"/lib/*; do
-    for system in "/usr/lib/x86_64-linux-gnu/$(basename "$lib")" "/lib/x86_64-linux-gnu/$(basename "$lib")"; do
-      real="$(readlink -f "$system" 2>/dev/null)"
-      if [[ -e "$real" ]] && mount --bind /dev/null "$real" 2>/dev/null; then hidden=$((hidden + 1)); fi
+  # Every library the packed programs need beyond what that machine provides, as this machine
+  # resolves it (so one missing from the pack is hidden too), and this machine's copy of each
+  # packed one.
+  # The whole list first: once one is hidden, ldd stops resolving what depends on it.
+  mapfile -t to_hide < <(
+    needed_libraries "$pack"/bin/* "$pack"/ompi/bin/orterun "$pack"/ompi/bin/orted \
+      "$pack"/ompi/lib/x86_64-linux-gnu/openmpi/lib/openmpi3/*.so
+    for lib in "$pack"/lib/*; do
+      echo "/usr/lib/x86_64-linux-gnu/$(basename "$lib")"
     done
+  )
+  # From here on this shell's own tools (mount, grep) find the hidden libraries in the pack.
+  export LD_LIBRARY_PATH="$pack/lib"
+  hidden=0
+  declare -A seen
+  for system in "${to_hide[@]}"; do
+    real="$(readlink -f "$system" 2>/dev/null)"
+    [[ -n "$real" && -e "$real" && -z "${seen[$real]:-}" ]] || continue
+    seen[$real]=1
+    mount --bind /dev/null "$real" 2>/dev/null && hidden=$((hidden + 1))
   done
   for program in /usr/bin/orterun /usr/bin/orted /usr/bin/mpirun /usr/bin/mpiexec; do
     real="$(readlink -f "$program" 2>/dev/null)"
@@ -214,6 +228,19 @@ gtest_counts() {
   echo "${passed:-0} passed, ${skipped:-0} skipped (no GPU)" | sed 's/, 0 skipped (no GPU)//'
 }
 tail_reason() { tail -n 40 "$1" | grep -m1 -E "error|Error|FAILED|not built|abort" | cut -c1-140; }
+
+# 0. The pack's programs load here: every library found, and the C library they were built
+# against no newer than this machine's
+glibc="$(ldd --version 2>/dev/null | head -1 | grep -Eo '[0-9]+\.[0-9]+$')"
+unresolved="$(for program in "$pack"/bin/* "$pack"/ompi/bin/orterun; do ldd "$program" 2>&1; done |
+  grep -E 'not found|version .GLIBC|too short|cannot open' |
+  sed -E 's/^[[:space:]]*//; s|^.*/([^/:]*): error while loading shared libraries: .*/([^/:]*):|\1 needs \2:|' |
+  sort -u | head -3 | tr '\n' ';')"
+if [[ -z "$unresolved" ]]; then
+  row "the pack's programs load" ok "glibc ${glibc:-?}" 0
+else
+  row "the pack's programs load" FAILED "glibc ${glibc:-?}: $unresolved" 0
+fi
 
 # 1. CUDA unit tests (the tests that need a GPU skip themselves without one)
 if step "CUDA unit tests" cuda_unit unit_torch_tests --gtest_filter='Cuda*:*OnCuda*:Nccl*' --gtest_brief=1; then
