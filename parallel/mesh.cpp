@@ -1,6 +1,7 @@
 // parallel/mesh.cpp: see mesh.h.
 #include "parallel/mesh.h"
 
+#include <algorithm>
 #include <set>
 #include <sstream>
 
@@ -100,6 +101,18 @@ int Mesh::local_rank() const {
 
 std::vector<std::string> Mesh::choose_transports(TransportChoice choice, int gpu) {
   RankPlace here{0, gpu};
+  host_names_.assign(1, "localhost");
+  if (world_->mpi() != MPI_COMM_NULL) {
+    char name[MPI_MAX_PROCESSOR_NAME + 1] = {};
+    int length = 0;
+    MPI_Get_processor_name(name, &length);
+    std::vector<char> names(size_t(world_->size()) * (MPI_MAX_PROCESSOR_NAME + 1));
+    MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME + 1, MPI_CHAR, names.data(),
+                  MPI_MAX_PROCESSOR_NAME + 1, MPI_CHAR, world_->mpi());
+    host_names_.clear();
+    for (int r = 0; r < world_->size(); ++r)
+      host_names_.emplace_back(names.data() + size_t(r) * (MPI_MAX_PROCESSOR_NAME + 1));
+  }
   if (world_->mpi() != MPI_COMM_NULL) {  // the host: the lowest world rank sharing its memory
     MPI_Comm node;
     MPI_Comm_split_type(world_->mpi(), MPI_COMM_TYPE_SHARED, world_rank_, MPI_INFO_NULL, &node);
@@ -118,6 +131,94 @@ std::vector<std::string> Mesh::choose_transports(TransportChoice choice, int gpu
     if (group->size() > 1) lines.push_back(describe(group->name(), transport, places));
   }
   return lines;
+}
+
+namespace {
+
+// Every group of one kind: world ranks that share all coordinates but the one `along` names.
+std::vector<std::vector<int>> groups_along(const Layout& layout, int world, char along) {
+  std::vector<std::vector<int>> groups;
+  std::vector<std::pair<int, int>> keys;  // the coordinates that stay fixed -> group index
+  for (int r = 0; r < world; ++r) {
+    const MeshCoordinates c = coordinates_of(r, layout);
+    const int key = along == 't'   ? c.pp * layout.data + c.dp
+                    : along == 'd' ? c.pp * layout.tensor + c.tp
+                                   : c.dp * layout.tensor + c.tp;
+    size_t g = 0;
+    while (g < keys.size() && keys[g].first != key) ++g;
+    if (g == keys.size()) {
+      keys.push_back({key, int(g)});
+      groups.emplace_back();
+    }
+    groups[g].push_back(r);
+  }
+  return groups;
+}
+
+std::string ranks_text(const std::vector<int>& ranks) {
+  std::string text;
+  for (int r : ranks) text += (text.empty() ? "" : ",") + std::to_string(r);
+  return text;
+}
+
+std::vector<std::string> hosts_of(const std::vector<int>& ranks,
+                                  const std::vector<std::string>& names) {
+  std::vector<std::string> hosts;
+  for (int r : ranks)
+    if (std::find(hosts.begin(), hosts.end(), names[size_t(r)]) == hosts.end())
+      hosts.push_back(names[size_t(r)]);
+  return hosts;
+}
+
+std::string joined(const std::vector<std::string>& parts, const char* separator) {
+  std::string text;
+  for (const std::string& p : parts) text += (text.empty() ? "" : separator) + p;
+  return text;
+}
+
+}  // namespace
+
+std::vector<std::string> Mesh::describe_hosts(int per_kind) const {
+  const int world = int(host_names_.size());
+  std::vector<int> everyone(static_cast<size_t>(world));
+  for (int r = 0; r < world; ++r) everyone[size_t(r)] = r;
+  const std::vector<std::string> hosts = hosts_of(everyone, host_names_);
+  if (hosts.size() < 2) return {};
+  std::vector<std::string> lines;
+  std::string line = "hosts:";
+  for (const std::string& host : hosts) {
+    std::vector<int> on;
+    for (int r = 0; r < world; ++r)
+      if (host_names_[size_t(r)] == host) on.push_back(r);
+    line += " " + host + " [" + ranks_text(on) + "]";
+  }
+  lines.push_back(line);
+  for (auto [along, name] : {std::pair{'t', "tp"}, {'p', "pp"}, {'d', "dp"}}) {
+    const std::vector<std::vector<int>> groups = groups_along(layout_, world, along);
+    if (groups.empty() || groups[0].size() < 2) continue;
+    line = std::string(name) + " groups:";
+    for (size_t g = 0; g < groups.size() && int(g) < per_kind; ++g)
+      line += (g ? "; [" : " [") + ranks_text(groups[g]) + "] on " +
+              joined(hosts_of(groups[g], host_names_), "+");
+    if (int(groups.size()) > per_kind)
+      line += "; and " + std::to_string(groups.size() - size_t(per_kind)) + " more";
+    lines.push_back(line);
+  }
+  return lines;
+}
+
+std::vector<std::string> Mesh::tp_groups_across_hosts() const {
+  std::vector<std::string> warnings;
+  if (layout_.tensor < 2) return warnings;
+  for (const std::vector<int>& group : groups_along(layout_, int(host_names_.size()), 't')) {
+    const std::vector<std::string> hosts = hosts_of(group, host_names_);
+    if (hosts.size() > 1)
+      warnings.push_back(std::string(layout_.sequence_parallel ? "STP" : "TP") + " group [" +
+                         ranks_text(group) + "] spans hosts " + joined(hosts, ", ") +
+                         ": its all-reduces in every layer cross the network; make " +
+                         "parallel.tensor divide the ranks per host");
+  }
+  return warnings;
 }
 
 }  // namespace retort::parallel

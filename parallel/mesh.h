@@ -47,12 +47,22 @@ class Mesh {
   std::vector<std::string> choose_transports(TransportChoice choice, int gpu);
   // This rank's number among the ranks of its host (0 for a single process); collective.
   int local_rank() const;
+  // After choose_transports: the host name (MPI_Get_processor_name) of every world rank.
+  const std::vector<std::string>& host_names() const { return host_names_; }
+  // For the start-up banner when the world spans several hosts (else empty): which ranks
+  // each host holds, then every TP, PP and DP group with its ranks and host(s), at most
+  // `per_kind` groups of each kind.
+  std::vector<std::string> describe_hosts(int per_kind = 8) const;
+  // One warning per TP group whose ranks sit on more than one host: its all-reduces, in
+  // every layer, would cross the network. Empty on one host.
+  std::vector<std::string> tp_groups_across_hosts() const;
 
  private:
   Mesh() = default;
   Layout layout_;
   int world_rank_ = 0;
   MeshCoordinates coordinates_;
+  std::vector<std::string> host_names_;  // per world rank, from choose_transports
   std::unique_ptr<Communicator> tp_, pp_, dp_, mp_, world_, embedding_;
 };
 

@@ -63,6 +63,7 @@ struct LayoutRecord {
   std::vector<StepRecord> steps;
   std::vector<std::string> replica_violations;  // "step 2: TP replicas of ... differ"
   std::string transport;  // how the layout's world group moved tensors (transport_name)
+  std::string dp_sum;     // how the DP gradient sum ran (GradientSync::describe_dp_sum), if DP
 };
 
 // The training config of one layout: `base` with the layout's parallel keys, and micro_batch

@@ -60,6 +60,7 @@ int run_consistency_command(int argc, char** argv, parallel::MpiRuntime& mpi,
       write_record(out + "/" + layouts[i].file_name() + ".h5", records[i]);
       std::cout << "ran " << layouts[i].name << " (" << records[i].transport << "): losses";
       for (const StepRecord& s : records[i].steps) std::printf(" %.10g", s.loss);
+      if (!records[i].dp_sum.empty()) std::cout << "; dp sum: " << records[i].dp_sum;
       std::cout << std::endl;
     }
     MPI_Barrier(MPI_COMM_WORLD);

@@ -93,7 +93,7 @@ GradientSync::GradientSync(layers::ParameterStore& store, parallel::Mesh& mesh,
       bucket.owner_counts[zero_->owner(k)] += store.all()[k].value.numel();
   }
   if (!zero_ && options_.shared_memory && mesh_.dp().size() > 1) {
-    // One shared-memory slot per bucket, when every DP rank is on this node.
+    // One shared-memory slot per bucket, when the DP ranks share memory (on each host).
     std::vector<parallel::SharedSlot> slots;
     bool usable = true;  // CPU tensors, one dtype per bucket
     for (const Bucket& bucket : buckets_) {
@@ -115,6 +115,12 @@ GradientSync::GradientSync(layers::ParameterStore& store, parallel::Mesh& mesh,
 
 GradientSync::~GradientSync() {
   withdraw_gradient_memory();  // the offers point into the region freed with shared_
+}
+
+std::string GradientSync::describe_dp_sum() const {
+  if (shared_) return shared_->describe();
+  return std::string(zero_ ? "MPI reduce-scatter (ZeRO-1)" : "MPI all-reduce") + " over " +
+         std::to_string(mesh_.dp().size()) + " ranks";
 }
 
 void GradientSync::offer_gradient_memory() {

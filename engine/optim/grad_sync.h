@@ -17,12 +17,12 @@
 // complete_in_backward the hooks are installed at any DP size and a bucket is also completed
 // (its reduction waited for, on_final called) during backward as soon as its communication
 // is done, so the parameters step and free their gradients while backward continues.
-// When every DP rank runs on this node (no ZeRO), step 3 goes through shared memory
-// (parallel/shared_reduction.h): offer_gradient_memory() offers each parameter's place in
-// this rank's region to the products that form weight gradients (layers/grad_destinations.h),
-// so most gradients are formed there and need no copy; the others are copied in at launch.
-// After the sum the bucket's gradients are views of that region until the next step clears
-// them.
+// When the DP ranks share memory (no ZeRO), step 3 goes through shared memory
+// (parallel/shared_reduction.h; across hosts, with the same number of DP ranks on each, within
+// each host and then over MPI between them): offer_gradient_memory() offers each parameter's place
+// in this rank's region to the products that form weight gradients (layers/grad_destinations.h), so
+// most gradients are formed there and need no copy; the others are copied in at launch. After the
+// sum the bucket's gradients are views of that region until the next step clears them.
 #pragma once
 #include <functional>
 #include <memory>
@@ -49,8 +49,8 @@ struct GradSyncOptions {
   bool zero = false;                  // ZeRO-1 over DP: reduce-scatter to owners
   bool tied_embeddings = false;       // sum embed.weight over the mesh's embedding group
   bool complete_in_backward = false;  // optimizer-in-backward: on_final during backward
-  // The DP all-reduce through shared memory (parallel/shared_reduction.h) when every DP rank
-  // runs on this node; otherwise, and under ZeRO-1, MPI.
+  // The DP all-reduce through shared memory (parallel/shared_reduction.h) when the DP ranks
+  // share memory, hierarchically across hosts; otherwise, and under ZeRO-1, MPI.
   bool shared_memory = true;
   // The type the buckets travel in over MPI: bfloat16 halves the bytes (Megatron-LM's
   // grad_reduce_in_fp32=false); the communicator sums bf16 in float32 and rounds once, and the
@@ -98,6 +98,9 @@ class GradientSync {
   size_t bucket_count() const { return buckets_.size(); }
   // Whether the DP all-reduce goes through shared memory (else MPI).
   bool reduces_in_shared_memory() const { return shared_ != nullptr; }
+  // How the DP sum runs, for logs: the shared-memory sum's description, or the MPI
+  // operation (all-reduce, or ZeRO-1's reduce-scatter).
+  std::string describe_dp_sum() const;
   // Bytes of this rank's shared-memory segment (0 without one).
   int64_t shared_bytes() const { return shared_ ? shared_->segment_bytes() : 0; }
   // Gradient bytes copied into that segment so far (the rest were formed in it).

@@ -63,6 +63,9 @@ void Trainer::report_transports(const std::vector<std::string>& groups) {
   *log_ << "retort: groups of rank 0:";
   for (size_t i = 0; i < groups.size(); ++i) *log_ << (i ? "; " : " ") << groups[i];
   *log_ << "\n";
+  for (const std::string& line : mesh_.describe_hosts()) *log_ << "retort: " << line << "\n";
+  for (const std::string& warning : mesh_.tp_groups_across_hosts())
+    *log_ << "retort: warning: " << warning << "\n";
 }
 
 Trainer::Trainer(const TrainConfig& config, std::ostream* log)
@@ -170,6 +173,8 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
   shared_gradient_bytes_ =
       sync_->shared_bytes() + (head_stepper_ ? head_stepper_->shared_bytes() : 0);
   memory.add_outside(MemoryCategory::gradients, shared_gradient_bytes_);
+  if (log_ && mesh_.dp().size() > 1)
+    *log_ << "retort: dp gradient sum: " << sync_->describe_dp_sum() << "\n";
   VocabularyLimit vocabulary{config_.model.vocab_size, "model.vocab_size"};
   if (teacher_ && teacher_->config().vocab_size < vocabulary.size)
     vocabulary = {teacher_->config().vocab_size, "the teacher's vocab_size"};

@@ -1,7 +1,8 @@
 // tests/mpi/shared_reduction_test.cpp: the shared-memory sum over the world group against
 // a float64 sum of every rank's inputs (each rank regenerates the others' from their seeds),
 // bitwise the same on every rank, over repeated uses of each slot started and finished in a
-// different order on each rank; and its refusals.
+// different order on each rank; the same with the world split into two hosts (the
+// hierarchical sum: shared memory within each, MPI across); and its refusals.
 #include "parallel/shared_reduction.h"
 
 #include <gtest/gtest.h>
@@ -40,12 +41,9 @@ torch::Tensor flat(const std::vector<torch::Tensor>& parts) {
   return torch::cat(flats);
 }
 
-}  // namespace
-
-TEST(SharedReduction, SumsEveryRanksInputsLikeFloat64InAnyOrderOverRounds) {
-  Communicator comm(dup_world(), "test");
-  std::unique_ptr<SharedReduction> shared = SharedReduction::create(comm, kSlots);
-  ASSERT_TRUE(shared) << "all ranks of an mpirun on one machine share a node";
+// Three rounds of every slot through `shared`, checked against float64.
+void expect_sums_like_float64(Communicator& comm, SharedReduction& shared_reduction) {
+  SharedReduction* shared = &shared_reduction;
   const int n = comm.size(), r = comm.rank();
   std::vector<int> order(kSlots.size());
   std::iota(order.begin(), order.end(), 0);
@@ -81,11 +79,38 @@ TEST(SharedReduction, SumsEveryRanksInputsLikeFloat64InAnyOrderOverRounds) {
   }
 }
 
+}  // namespace
+
+TEST(SharedReduction, SumsEveryRanksInputsLikeFloat64InAnyOrderOverRounds) {
+  Communicator comm(dup_world(), "test");
+  std::unique_ptr<SharedReduction> shared = SharedReduction::create(comm, kSlots);
+  ASSERT_TRUE(shared) << "all ranks of an mpirun on one machine share a node";
+  EXPECT_EQ(shared->hosts(), 1);
+  expect_sums_like_float64(comm, *shared);
+}
+
+TEST(SharedReduction, AcrossTwoHostsSumsWithinEachThenOverMpiLikeFloat64) {
+  Communicator comm(dup_world(), "test");
+  if (comm.size() % 4 != 0) GTEST_SKIP() << "two hosts of two ranks or more need 4 ranks";
+  const int host = comm.rank() / (comm.size() / 2);
+  std::unique_ptr<SharedReduction> shared = SharedReduction::create(comm, kSlots, host);
+  ASSERT_TRUE(shared);
+  EXPECT_EQ(shared->hosts(), 2);
+  EXPECT_NE(shared->describe().find("then MPI across"), std::string::npos) << shared->describe();
+  expect_sums_like_float64(comm, *shared);
+}
+
 TEST(SharedReduction, RefusesWhatItCannotSum) {
   Communicator comm(dup_world(), "test");
   std::unique_ptr<Communicator> alone = Communicator::single("alone");
   EXPECT_FALSE(SharedReduction::create(*alone, kSlots)) << "a group of one needs no sum";
   EXPECT_FALSE(SharedReduction::create(comm, {{8, torch::kBFloat16}})) << "only float, double";
+  EXPECT_FALSE(SharedReduction::create(comm, {{8, torch::kFloat}}, comm.rank()))
+      << "one rank per host: nothing to share, the plain MPI sum is the right one";
+  if (comm.size() > 2) {
+    EXPECT_FALSE(SharedReduction::create(comm, {{8, torch::kFloat}}, comm.rank() == 0 ? 0 : 1))
+        << "hosts of 1 and " << comm.size() - 1 << " ranks: chunks would not line up";
+  }
   std::unique_ptr<SharedReduction> shared = SharedReduction::create(comm, {{8, torch::kFloat}});
   ASSERT_TRUE(shared);
   EXPECT_THROW(shared->start(0, {torch::ones({7})}), std::invalid_argument) << "too few";

@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# tools/sim_hosts.sh: simulated hosts on one machine, for multi-host tests. Each host is a
+# network namespace (its own network stack, and its own hostname, so OpenMPI treats it as
+# another node: TCP between hosts, shared memory only within one), joined to the others by
+# veth pairs on a bridge in the caller's namespace. Needs root and iproute2.
+#
+#   tools/sim_hosts.sh run HOSTS SLOTS -- COMMAND...
+#       makes HOSTS hosts of SLOTS slots each, runs COMMAND with these in the environment:
+#         SIM_HOSTFILE   an OpenMPI hostfile naming them
+#         SIM_MPIRUN     an mpirun that launches into the namespaces and keeps MPI on
+#                        the addresses made here (give it -np N PROGRAM ...)
+#         SIM_HOSTS      the hosts' names, space-separated
+#         SIM_NETNS      their namespaces, space-separated (for `ip netns exec`)
+#         SIM_SUBNET     the hosts' subnet (10.M.N.0/24)
+#       and removes everything it made when COMMAND ends, fails or is interrupted. Exits
+#       with COMMAND's status, or 77 (CTest's skip) with one line when namespaces cannot be
+#       made here.
+#   tools/sim_hosts.sh agent HOST COMMAND...
+#       the launcher agent OpenMPI calls instead of ssh (plm_rsh_agent): runs COMMAND in
+#       HOST's namespace under HOST's hostname.
+#   tools/sim_hosts.sh shape HOST delay_ms rate_mbit
+#       caps the bandwidth of HOST's link (both directions) with a token bucket; this kernel
+#       has no netem, so a delay other than 0 is refused with one line (see
+#       docs/architecture.md, "Simulated hosts").
+#   tools/sim_hosts.sh kill HOST
+#       kills every process in HOST's namespace (a dead host).
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+state_root=/run/retort-sim-hosts
+
+die() {
+  echo "sim_hosts: $*" >&2
+  exit 1
+}
+
+netns_of() {  # HOST -> its namespace, from the registry the run made
+  local f
+  for f in "$state_root"/*/hosts; do
+    [[ -f "$f" ]] || continue
+    awk -v h="$1" '$1 == h { print $2; found = 1 } END { exit !found }' "$f" && return 0
+  done
+  die "no simulated host named '$1' is running"
+}
+
+cmd_agent() {
+  local host="$1"
+  shift
+  local ns
+  ns="$(netns_of "$host")"
+  # OpenMPI hands the remote command as words of one shell line, as ssh would run it.
+  exec ip netns exec "$ns" unshare --uts sh -c "hostname '$host' && exec sh -c \"\$0\"" "$*"
+}
+
+cmd_kill() {
+  local ns
+  ns="$(netns_of "$1")"
+  local pids
+  pids="$(ip netns pids "$ns" || true)"
+  [[ -z "$pids" ]] || kill -9 $pids 2>/dev/null || true
+}
+
+cmd_shape() {
+  local host="$1" delay="$2" rate="$3" ns
+  ns="$(netns_of "$host")"
+  [[ "$delay" == 0 ]] || die "a delay needs the netem queue, which this kernel lacks" \
+    "(CONFIG_NET_SCH_NETEM is not set); only a bandwidth cap can be set here"
+  # Outgoing on the host's side of the pair, incoming on the bridge's side: both directions.
+  local burst=$((rate * 1000 / 8 / 100))  # 10 ms worth of bytes
+  ((burst >= 16384)) || burst=16384
+  ip netns exec "$ns" tc qdisc replace dev eth0 root tbf rate "${rate}mbit" burst "$burst" \
+    latency 50ms
+  tc qdisc replace dev "$(cat "$state_root/$ns.peer")" root tbf rate "${rate}mbit" \
+    burst "$burst" latency 50ms
+}
+
+cmd_run() {
+  local hosts="$1" slots="$2"
+  shift 2
+  [[ "${1:-}" == "--" ]] && shift
+  (($# > 0)) || die "run HOSTS SLOTS -- COMMAND"
+  if [[ $EUID -ne 0 ]] || ! command -v ip >/dev/null; then
+    echo "sim_hosts: skipped: simulated hosts need root and iproute2 (ip netns)"
+    exit 77
+  fi
+  # A tag unique to this run names everything it makes, so runs side by side do not meet.
+  # Globals, not locals: the exit trap that removes them runs after this function returns.
+  tag="rs$$"
+  subnet="10.213.$(($$ % 200 + 20))"
+  dir="$state_root/$tag"
+  mkdir -p "$dir"
+  made_bridge="" names=() namespaces=()
+  cleanup() {
+    set +e
+    for ns in "${namespaces[@]}"; do
+      local pids
+      pids="$(ip netns pids "$ns" 2>/dev/null)"
+      [[ -z "$pids" ]] || kill -9 $pids 2>/dev/null
+      [[ ! -f "$state_root/$ns.peer" ]] || ip link del "$(cat "$state_root/$ns.peer")" 2>/dev/null
+      ip netns del "$ns" 2>/dev/null
+      rm -f "$state_root/$ns.peer"
+    done
+    [[ -z "$made_bridge" ]] || ip link del "$made_bridge" 2>/dev/null
+    rm -rf "$dir"
+  }
+  trap cleanup EXIT
+  trap 'exit 130' INT TERM
+  if ! ip link add "${tag}b" type bridge 2>/dev/null; then
+    echo "sim_hosts: skipped: cannot make network devices here (ip link add ... type bridge)"
+    exit 77
+  fi
+  made_bridge="${tag}b"
+  ip addr add "$subnet.254/24" dev "$made_bridge"
+  ip link set "$made_bridge" up
+  : >"$dir/hosts"
+  : >"$dir/hostfile"
+  for ((h = 0; h < hosts; ++h)); do
+    local name="host$h" ns="${tag}h$h" peer="${tag}p$h"
+    names+=("$name")
+    namespaces+=("$ns")
+    ip netns add "$ns"
+    ip link add eth0 netns "$ns" type veth peer name "$peer"
+    echo "$peer" >"$state_root/$ns.peer"
+    ip link set "$peer" master "$made_bridge"
+    ip link set "$peer" up
+    ip netns exec "$ns" ip addr add "$subnet.$((h + 1))/24" dev eth0
+    ip netns exec "$ns" ip link set eth0 up
+    ip netns exec "$ns" ip link set lo up
+    echo "$name $ns" >>"$dir/hosts"
+    echo "$name slots=$slots" >>"$dir/hostfile"
+  done
+  # The launcher reaches the hosts by name: the agent maps names to namespaces, and OpenMPI
+  # needs no resolver for them since every address is given as a subnet below.
+  export SIM_HOSTFILE="$dir/hostfile" SIM_HOSTS="${names[*]}" SIM_NETNS="${namespaces[*]}"
+  export SIM_SUBNET="$subnet.0/24"
+  # mpirun with the options that launch into the namespaces and keep MPI (its launch
+  # channel and its TCP transport) on this subnet.
+  cat >"$dir/mpirun" <<EOF_MPIRUN
+#!/bin/sh
+exec mpirun --hostfile $SIM_HOSTFILE --mca plm_rsh_agent "$here/sim_hosts.sh agent" \\
+  --mca plm_rsh_no_tree_spawn 1 --mca btl self,vader,tcp --mca btl_tcp_if_include $SIM_SUBNET \\
+  --mca oob_tcp_if_include $SIM_SUBNET -x OMP_NUM_THREADS "\$@"
+EOF_MPIRUN
+  chmod +x "$dir/mpirun"
+  export SIM_MPIRUN="$dir/mpirun"
+  export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+  local status=0
+  "$@" || status=$?
+  return $status
+}
+
+case "${1:-}" in
+  run) shift && cmd_run "$@" ;;
+  agent) shift && cmd_agent "$@" ;;
+  shape) shift && cmd_shape "$@" ;;
+  kill) shift && cmd_kill "$@" ;;
+  *) die "usage: sim_hosts.sh run|agent|shape|kill ... (see the header)" ;;
+esac
