@@ -24,6 +24,8 @@ packages=(
   libjemalloc2 libtcmalloc-minimal4
   # tokenizers: PCRE2 for tokenizer.json's Unicode regex; SentencePiece (the trainer too)
   libpcre2-dev libicu-dev libsentencepiece-dev sentencepiece
+  # simulated hosts for the multi-host tests (tools/sim_hosts.sh: ip netns, tc; unshare)
+  iproute2 util-linux
   # tests/fuzz: libFuzzer targets built with clang (ASan, UBSan, libFuzzer's runtime)
   clang libclang-rt-14-dev
 )

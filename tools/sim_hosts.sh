@@ -11,14 +11,15 @@
 #                        the addresses made here (give it -np N PROGRAM ...)
 #         SIM_HOSTS      the hosts' names, space-separated
 #         SIM_NETNS      their namespaces, space-separated (for `ip netns exec`)
-#         SIM_SUBNET     the hosts' subnet (10.M.N.0/24)
+#         SIM_SUBNET     the hosts' subnet (10.213.N.0/24, one no interface here uses)
+#         SIM_TAG        this run's tag (shape and kill below find its hosts by it)
 #       and removes everything it made when COMMAND ends, fails or is interrupted. Exits
 #       with COMMAND's status, or 77 (CTest's skip) with one line when namespaces cannot be
 #       made here.
-#   tools/sim_hosts.sh agent HOST COMMAND...
+#   tools/sim_hosts.sh agent TAG HOST COMMAND...
 #       the launcher agent OpenMPI calls instead of ssh (plm_rsh_agent): runs COMMAND in
-#       HOST's namespace under HOST's hostname.
-#   tools/sim_hosts.sh shape HOST delay_ms rate_mbit
+#       the namespace of run TAG's HOST, under HOST's hostname.
+#   tools/sim_hosts.sh shape HOST delay_ms rate_mbit       (inside a run, as the two below)
 #       caps the bandwidth of HOST's link (both directions) with a token bucket; this kernel
 #       has no netem, so a delay other than 0 is refused with one line (see
 #       docs/architecture.md, "Simulated hosts").
@@ -33,27 +34,23 @@ die() {
   exit 1
 }
 
-netns_of() {  # HOST -> its namespace, from the registry the run made
-  local f
-  for f in "$state_root"/*/hosts; do
-    [[ -f "$f" ]] || continue
-    awk -v h="$1" '$1 == h { print $2; found = 1 } END { exit !found }' "$f" && return 0
-  done
-  die "no simulated host named '$1' is running"
+netns_of() {  # TAG HOST -> the namespace of HOST in run TAG, from the registry the run made
+  awk -v h="$2" '$1 == h { print $2; found = 1 } END { exit !found }' \
+    "$state_root/$1/hosts" 2>/dev/null || die "run '$1' has no simulated host named '$2'"
 }
 
 cmd_agent() {
-  local host="$1"
-  shift
+  local tag="$1" host="$2"
+  shift 2
   local ns
-  ns="$(netns_of "$host")"
+  ns="$(netns_of "$tag" "$host")"
   # OpenMPI hands the remote command as words of one shell line, as ssh would run it.
   exec ip netns exec "$ns" unshare --uts sh -c "hostname '$host' && exec sh -c \"\$0\"" "$*"
 }
 
 cmd_kill() {
   local ns
-  ns="$(netns_of "$1")"
+  ns="$(netns_of "${SIM_TAG:?kill runs inside a run}" "$1")"
   local pids
   pids="$(ip netns pids "$ns" || true)"
   [[ -z "$pids" ]] || kill -9 $pids 2>/dev/null || true
@@ -61,7 +58,7 @@ cmd_kill() {
 
 cmd_shape() {
   local host="$1" delay="$2" rate="$3" ns
-  ns="$(netns_of "$host")"
+  ns="$(netns_of "${SIM_TAG:?shape runs inside a run}" "$host")"
   [[ "$delay" == 0 ]] || die "a delay needs the netem queue, which this kernel lacks" \
     "(CONFIG_NET_SCH_NETEM is not set); only a bandwidth cap can be set here"
   # Outgoing on the host's side of the pair, incoming on the bridge's side: both directions.
@@ -85,7 +82,6 @@ cmd_run() {
   # A tag unique to this run names everything it makes, so runs side by side do not meet.
   # Globals, not locals: the exit trap that removes them runs after this function returns.
   tag="rs$$"
-  subnet="10.213.$(($$ % 200 + 20))"
   dir="$state_root/$tag"
   mkdir -p "$dir"
   made_bridge="" names=() namespaces=()
@@ -104,12 +100,22 @@ cmd_run() {
   }
   trap cleanup EXIT
   trap 'exit 130' INT TERM
+  # One run at a time picks a subnet no other interface here uses, and claims it.
+  exec 9>"$state_root/lock"
+  flock 9
+  local octet
+  for octet in $(seq 20 250) none; do
+    ip -4 addr show | grep -q "inet 10\.213\.$octet\." || break
+  done
+  [[ "$octet" != none ]] || die "every subnet 10.213.20-250.0/24 is taken"
+  subnet="10.213.$octet"
   if ! ip link add "${tag}b" type bridge 2>/dev/null; then
     echo "sim_hosts: skipped: cannot make network devices here (ip link add ... type bridge)"
     exit 77
   fi
   made_bridge="${tag}b"
   ip addr add "$subnet.254/24" dev "$made_bridge"
+  flock -u 9
   ip link set "$made_bridge" up
   : >"$dir/hosts"
   : >"$dir/hostfile"
@@ -131,12 +137,12 @@ cmd_run() {
   # The launcher reaches the hosts by name: the agent maps names to namespaces, and OpenMPI
   # needs no resolver for them since every address is given as a subnet below.
   export SIM_HOSTFILE="$dir/hostfile" SIM_HOSTS="${names[*]}" SIM_NETNS="${namespaces[*]}"
-  export SIM_SUBNET="$subnet.0/24"
+  export SIM_SUBNET="$subnet.0/24" SIM_TAG="$tag"
   # mpirun with the options that launch into the namespaces and keep MPI (its launch
   # channel and its TCP transport) on this subnet.
   cat >"$dir/mpirun" <<EOF_MPIRUN
 #!/bin/sh
-exec mpirun --hostfile $SIM_HOSTFILE --mca plm_rsh_agent "$here/sim_hosts.sh agent" \\
+exec mpirun --hostfile $SIM_HOSTFILE --mca plm_rsh_agent "$here/sim_hosts.sh agent $tag" \\
   --mca plm_rsh_no_tree_spawn 1 --mca btl self,vader,tcp --mca btl_tcp_if_include $SIM_SUBNET \\
   --mca oob_tcp_if_include $SIM_SUBNET -x OMP_NUM_THREADS "\$@"
 EOF_MPIRUN
