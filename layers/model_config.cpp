@@ -33,4 +33,9 @@ double ModelConfig::training_flops_per_token(int64_t seq_len) const {
   return 3.0 * forward;
 }
 
+int64_t padded_vocab_size(int64_t vocab_size, int tp_size) {
+  const int64_t multiple = 128 * int64_t(tp_size);
+  return (vocab_size + multiple - 1) / multiple * multiple;
+}
+
 }  // namespace retort::layers

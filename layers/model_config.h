@@ -42,4 +42,7 @@ struct ModelConfig {
   double training_flops_per_token(int64_t seq_len) const;
 };
 
+// Vocabulary rows after padding to a multiple of TP x 128 (as Megatron pads).
+int64_t padded_vocab_size(int64_t vocab_size, int tp_size);
+
 }  // namespace retort::layers

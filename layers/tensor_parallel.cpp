@@ -16,9 +16,4 @@ torch::Tensor TensorParallel::exit_row(const torch::Tensor& x) const {
                            : parallel::reduce_from_tp(x, *group);
 }
 
-int64_t padded_vocab_size(int64_t vocab_size, int tp_size) {
-  const int64_t multiple = 128 * int64_t(tp_size);
-  return (vocab_size + multiple - 1) / multiple * multiple;
-}
-
 }  // namespace retort::layers

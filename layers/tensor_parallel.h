@@ -5,6 +5,7 @@
 #pragma once
 #include <torch/torch.h>
 
+#include "layers/model_config.h"  // padded_vocab_size
 #include "layers/parameters.h"
 #include "parallel/communicator.h"
 
@@ -23,8 +24,5 @@ struct TensorParallel {
   // Partial output of a row-parallel layer -> residual stream (summed; seq-split under STP).
   torch::Tensor exit_row(const torch::Tensor& x) const;
 };
-
-// Vocabulary rows after padding to a multiple of TP x 128 (as Megatron pads).
-int64_t padded_vocab_size(int64_t vocab_size, int tp_size);
 
 }  // namespace retort::layers

@@ -36,8 +36,29 @@ MPI_Datatype mpi_type(const torch::Tensor& t) {
   }
 }
 
-MPI_Op mpi_op(ReduceOp op) {
-  return op == ReduceOp::Sum ? MPI_SUM : MPI_MAX;
+// The sum of bfloat16 or half elements in their own type: each pair added in float32 and
+// rounded to nearest even (c10's conversions), as a user-defined MPI operation on their bits.
+template <typename Narrow>
+void narrow_sum(void* in, void* inout, int* length, MPI_Datatype*) {
+  const Narrow* a = static_cast<const Narrow*>(in);
+  Narrow* b = static_cast<Narrow*>(inout);
+  for (int i = 0; i < *length; ++i) b[i] = Narrow(float(a[i]) + float(b[i]));
+}
+
+MPI_Op mpi_op(ReduceOp op, const torch::Tensor& t) {
+  if (op == ReduceOp::Max) return MPI_MAX;
+  if (op == ReduceOp::Sum) return MPI_SUM;
+  // Created once, after MPI_Init (the first narrow sum), and kept for the process.
+  static MPI_Op bf16 = MPI_OP_NULL, half = MPI_OP_NULL;
+  if (t.scalar_type() == torch::kBFloat16) {
+    if (bf16 == MPI_OP_NULL) MPI_Op_create(&narrow_sum<c10::BFloat16>, 1, &bf16);
+    return bf16;
+  }
+  if (t.scalar_type() == torch::kHalf) {
+    if (half == MPI_OP_NULL) MPI_Op_create(&narrow_sum<c10::Half>, 1, &half);
+    return half;
+  }
+  return MPI_SUM;
 }
 
 void require_contiguous(const torch::Tensor& t, const char* what) {
@@ -52,8 +73,8 @@ void require_contiguous(const torch::Tensor& t, const char* what) {
 bool widened_for_sums(const torch::Tensor& t) {
   return t.scalar_type() == torch::kBFloat16 || t.scalar_type() == torch::kHalf;
 }
-torch::Tensor sum_buffer(const torch::Tensor& t) {
-  return widened_for_sums(t) ? t.to(torch::kFloat) : t;
+torch::Tensor sum_buffer(const torch::Tensor& t, ReduceOp op = ReduceOp::Sum) {
+  return op != ReduceOp::SumNarrow && widened_for_sums(t) ? t.to(torch::kFloat) : t;
 }
 // What the finished reduction does: copy the float32 sum back, rounding once.
 std::function<void()> round_back(const torch::Tensor& target, const torch::Tensor& buffer) {
@@ -221,14 +242,14 @@ void Communicator::set_max_elements_per_call(int64_t elements) {
 
 void Communicator::reduce_parts_to_owners(const torch::Tensor& in, torch::Tensor& out,
                                           const std::vector<int64_t>& counts,
-                                          std::vector<MPI_Request>& requests) {
+                                          std::vector<MPI_Request>& requests, MPI_Op op) {
   const std::vector<int64_t> offsets = offsets_of(counts);
   for (int root = 0; root < size_; ++root)
     for_each_piece(counts[root], [&](int64_t offset, int n) {
       MPI_Request r;
       MPI_Ireduce(element(in, offsets[root] + offset),
-                  rank_ == root ? element(out, offset) : nullptr, n, mpi_type(in), MPI_SUM, root,
-                  comm_, &r);
+                  rank_ == root ? element(out, offset) : nullptr, n, mpi_type(in), op, root, comm_,
+                  &r);
       requests.push_back(r);
     });
 }
@@ -317,16 +338,16 @@ Handle Communicator::all_reduce_async(torch::Tensor& t, ReduceOp op) {
   if (stages())
     return staged(t, t, true, true,
                   [&](torch::Tensor&, torch::Tensor& host) { return all_reduce_async(host, op); });
-  torch::Tensor buffer = sum_buffer(t);
+  torch::Tensor buffer = sum_buffer(t, op);
   count("all_reduce", bytes_of(buffer));
   if (t.is_cuda())
-    return nccl_handle(nccl(t).all_reduce(buffer, op == ReduceOp::Sum ? NcclOp::Sum : NcclOp::Max),
+    return nccl_handle(nccl(t).all_reduce(buffer, op == ReduceOp::Max ? NcclOp::Max : NcclOp::Sum),
                        round_back(t, buffer));
   std::vector<MPI_Request> requests;
   for_each_piece(buffer.numel(), [&](int64_t offset, int n) {
     MPI_Request r;
-    MPI_Iallreduce(MPI_IN_PLACE, element(buffer, offset), n, mpi_type(buffer), mpi_op(op), comm_,
-                   &r);
+    MPI_Iallreduce(MPI_IN_PLACE, element(buffer, offset), n, mpi_type(buffer), mpi_op(op, buffer),
+                   comm_, &r);
     requests.push_back(r);
   });
   return labelled(Handle(std::move(requests), round_back(t, buffer)), "all_reduce");
@@ -406,10 +427,10 @@ Handle Communicator::reduce_scatter_flat_async(const torch::Tensor& in, torch::T
 }
 
 Handle Communicator::reduce_scatter_v_async(const torch::Tensor& in, torch::Tensor& out,
-                                            const std::vector<int64_t>& counts) {
+                                            const std::vector<int64_t>& counts, ReduceOp op) {
   if (stages())
     return staged(in, out, true, true, [&](torch::Tensor& host_in, torch::Tensor& host_out) {
-      return reduce_scatter_v_async(host_in, host_out, counts);
+      return reduce_scatter_v_async(host_in, host_out, counts, op);
     });
   require_contiguous(in, "reduce_scatter_v");
   require_contiguous(out, "reduce_scatter_v");
@@ -417,15 +438,15 @@ Handle Communicator::reduce_scatter_v_async(const torch::Tensor& in, torch::Tens
     count("reduce_scatter", bytes_of(in));
     return {};
   }
-  const torch::Tensor wide_in = sum_buffer(in);
-  torch::Tensor wide_out = sum_buffer(out);
+  const torch::Tensor wide_in = sum_buffer(in, op);
+  torch::Tensor wide_out = sum_buffer(out, op);
   count("reduce_scatter", bytes_of(wide_in));
   std::function<void()> finish = round_back(out, wide_out);
   if (in.is_cuda())
     return nccl_handle(nccl(in).reduce_scatter_v(wide_in, wide_out, counts), finish);
   if (!fits(counts)) {
     std::vector<MPI_Request> requests;
-    reduce_parts_to_owners(wide_in, wide_out, counts, requests);
+    reduce_parts_to_owners(wide_in, wide_out, counts, requests, mpi_op(op, wide_in));
     return labelled(Handle(std::move(requests), [wide_in, finish] { finish(); }),
                     "reduce_scatter_v");
   }
@@ -433,7 +454,7 @@ Handle Communicator::reduce_scatter_v_async(const torch::Tensor& in, torch::Tens
   auto int_counts = std::make_shared<std::vector<int>>(counts.begin(), counts.end());
   MPI_Request request;
   MPI_Ireduce_scatter(wide_in.data_ptr(), wide_out.data_ptr(), int_counts->data(),
-                      mpi_type(wide_in), MPI_SUM, comm_, &request);
+                      mpi_type(wide_in), mpi_op(op, wide_in), comm_, &request);
   return labelled(Handle(request, [int_counts, wide_in, finish] { finish(); }), "reduce_scatter_v");
 }
 

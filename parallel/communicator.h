@@ -25,7 +25,12 @@
 
 namespace retort::parallel {
 
-enum class ReduceOp { Sum, Max };
+// Sum and Max reduce 16-bit floats in float32 (widened before, rounded once after: MPI has no
+// bfloat16 type, and rounding at every step of a ring or tree would make the sum depend on the
+// number of ranks). SumNarrow moves and sums them in their own type: half the bytes, each
+// partial sum rounded, as NCCL's bf16 sums do (parallel.dp_reduce_dtype=bfloat16); for other
+// types it is Sum.
+enum class ReduceOp { Sum, Max, SumNarrow };
 
 // Seconds this process has spent blocked in communication since start (or the last reset):
 // in Handle::wait (which every blocking collective, send and receive goes through), in
@@ -115,7 +120,7 @@ class Communicator {
   // Variable-size forms (ZeRO): rank r receives / contributes counts[r] elements; `in` of
   // reduce_scatter_v and `out` of all_gather_v hold the ranks' parts in rank order.
   Handle reduce_scatter_v_async(const torch::Tensor& in, torch::Tensor& out,
-                                const std::vector<int64_t>& counts);
+                                const std::vector<int64_t>& counts, ReduceOp op = ReduceOp::Sum);
   Handle all_gather_v_async(const torch::Tensor& in, torch::Tensor& out,
                             const std::vector<int64_t>& counts);
   void broadcast(torch::Tensor& tensor, int root);
@@ -154,7 +159,7 @@ class Communicator {
   // broadcast from r; piece by piece.
   void reduce_parts_to_owners(const torch::Tensor& in, torch::Tensor& out,
                               const std::vector<int64_t>& counts,
-                              std::vector<MPI_Request>& requests);
+                              std::vector<MPI_Request>& requests, MPI_Op op = MPI_SUM);
   void broadcast_parts_from_owners(torch::Tensor& out, const std::vector<int64_t>& counts,
                                    std::vector<MPI_Request>& requests);
   // The NCCL backend for CUDA tensors, created on first use (collectively) on t's GPU; throws

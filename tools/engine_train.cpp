@@ -19,6 +19,7 @@
 #include "engine/observe/console_log.h"
 #include "engine/observe/memory_tracker.h"
 #include "engine/observe/run_summary.h"
+#include "engine/plan/plan.h"
 #include "engine/train/stop_signal.h"
 #include "engine/train/trainer.h"
 #include "parallel/mesh.h"
@@ -58,7 +59,19 @@ int train(int argc, char** argv, const parallel::MpiRuntime& mpi) {
       "compiled in, and the BLAS in use, then exit")(
       "dry-run",
       "print the resolved config, parameter count, FLOPs per token and a memory "
-      "estimate per rank, then exit");
+      "estimate per rank, then exit")(
+      "plan",
+      "print the planner's memory per rank by category, communication bytes per step by "
+      "group, and predicted step time for the layout on --nodes x --gpus-per-node ranks of "
+      "--device, then exit; refuses a layout that does not fit")(
+      "nodes", po::value<int>()->default_value(1), "--plan: hosts")(
+      "gpus-per-node", po::value<int>(), "--plan: ranks per host (default: the ranks started)")(
+      "device", po::value<std::string>()->default_value("h100"), "--plan: h100, a100 or cpu")(
+      "tflops", po::value<double>(), "--plan: override the device's dense TFLOP/s")(
+      "efficiency", po::value<double>(), "--plan: override the fraction of it a step reaches")(
+      "memory-gb", po::value<double>(), "--plan: override the device's memory")(
+      "intra-gbps", po::value<double>(), "--plan: override GB/s per rank within a host")(
+      "inter-gbps", po::value<double>(), "--plan: override GB/s per rank across hosts");
   const engine::ConfigCommandLine line = engine::parse_config_command_line(argc, argv, visible);
   const po::variables_map& vm = line.options;
   const bool root = mpi.world_rank() == 0;
@@ -75,6 +88,29 @@ int train(int argc, char** argv, const parallel::MpiRuntime& mpi) {
   }
   if (line.config.empty())
     throw UserError("no config file given (usage: engine_train CONFIG.yaml)");
+  if (vm.count("plan")) {
+    if (!root) return 0;
+    engine::ClusterShape cluster;
+    cluster.nodes = vm["nodes"].as<int>();
+    cluster.gpus_per_node =
+        vm.count("gpus-per-node") ? vm["gpus-per-node"].as<int>() : mpi.world_size();
+    if (cluster.nodes < 1 || cluster.gpus_per_node < 1)
+      throw UserError("--nodes and --gpus-per-node must be at least 1");
+    cluster.device = engine::device_kind(vm["device"].as<std::string>());
+    for (auto [flag, field] : {std::pair{"tflops", &cluster.device.tflops},
+                               {"efficiency", &cluster.device.efficiency},
+                               {"memory-gb", &cluster.device.memory_gb},
+                               {"intra-gbps", &cluster.device.intra_gbps},
+                               {"inter-gbps", &cluster.device.inter_gbps}})
+      if (vm.count(flag)) {
+        *field = vm[flag].as<double>();
+        if (!(*field > 0)) throw UserError(std::string("--") + flag + " must be positive");
+      }
+    const engine::Config config = engine::Config::load(line.config, line.overrides);
+    std::cout << engine::plan_report(
+        engine::make_train_config(config, cluster.nodes * cluster.gpus_per_node), cluster);
+    return 0;
+  }
   engine::Config config;
   engine::TrainConfig train_config;
   run_agreed(

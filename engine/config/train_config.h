@@ -101,8 +101,9 @@ struct DistillSettings {
       "sum data-parallel gradients through shared memory when all DP ranks share a node "   \
       "(not under ZeRO-1); false = MPI all-reduce")                                         \
   KEY(ReduceDType, dp_reduce_dtype, "parallel.dp_reduce_dtype", ReduceDType::float32, 0, 0, \
-      "type the DP gradient sums travel in over MPI (bfloat16: half the bytes, each "       \
-      "rank's part rounded once, summed in float32)")                                       \
+      "type the DP gradient sums travel and are summed in over MPI (bfloat16: half the "    \
+      "bytes, each partial sum rounded, as NCCL's bf16 sums; the shared-memory sum stays "  \
+      "float32)")                                                                           \
   KEY(GpuTransport, gpu_transport, "parallel.gpu_transport", GpuTransport::automatic, 0, 0, \
       "how groups move GPU tensors: automatic = NCCL where each rank of a group has its "   \
       "own GPU, host-staged MPI where ranks share one; nccl; host_staged (also stages CPU " \

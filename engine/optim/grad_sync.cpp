@@ -191,13 +191,17 @@ void GradientSync::launch(Bucket& bucket) {
   } else if (mesh_.dp().size() > 1) {
     bucket.flat = flatten(grads_of(params));
     if (options_.reduce_dtype) bucket.flat = bucket.flat.to(*options_.reduce_dtype);
+    // In that type on the wire too (summed in it, as NCCL's bf16 sums are); float32 otherwise.
+    const parallel::ReduceOp narrow =
+        options_.reduce_dtype ? parallel::ReduceOp::SumNarrow : parallel::ReduceOp::Sum;
     if (zero_) {
       torch::Tensor mine =
           torch::empty({bucket.owner_counts[mesh_.dp().rank()]}, bucket.flat.options());
-      bucket.handle = mesh_.dp().reduce_scatter_v_async(bucket.flat, mine, bucket.owner_counts);
+      bucket.handle =
+          mesh_.dp().reduce_scatter_v_async(bucket.flat, mine, bucket.owner_counts, narrow);
       bucket.result = mine;
     } else {
-      bucket.handle = mesh_.dp().all_reduce_async(bucket.flat);
+      bucket.handle = mesh_.dp().all_reduce_async(bucket.flat, narrow);
       bucket.result = bucket.flat;
     }
   }

@@ -52,9 +52,10 @@ struct GradSyncOptions {
   // The DP all-reduce through shared memory (parallel/shared_reduction.h) when the DP ranks
   // share memory, hierarchically across hosts; otherwise, and under ZeRO-1, MPI.
   bool shared_memory = true;
-  // The type the buckets travel in over MPI: bfloat16 halves the bytes (Megatron-LM's
-  // grad_reduce_in_fp32=false); the communicator sums bf16 in float32 and rounds once, and the
-  // sum returns to the float32 gradients. The shared-memory sum stays float32 (no wire).
+  // The type the buckets travel and are summed in over MPI: bfloat16 halves the bytes
+  // (Megatron-LM's grad_reduce_in_fp32=false; ReduceOp::SumNarrow rounds each partial sum, as
+  // NCCL's bf16 sum does), and the sum returns to the float32 gradients. The shared-memory sum
+  // stays float32 (no wire).
   // Unset: the gradients' own type.
   std::optional<torch::ScalarType> reduce_dtype;
   // Parameters whose gradient reaches the optimizer another way (HeadRowStepper): no bucket;

@@ -24,22 +24,9 @@ using retort::test::world_size;
 namespace {
 
 TrainConfig config(std::vector<std::string> overrides) {
-  std::vector<std::string> all = {"data.paths=[" RETORT_TEST_CORPUS "]",
-                                  "model.layers=2",
-                                  "model.hidden=64",
-                                  "model.heads=8",
-                                  "model.kv_heads=2",
-                                  "model.ffn_hidden=128",
-                                  "data.seq_len=32",
-                                  "training.global_batch=8",
-                                  "training.micro_batch=1",
-                                  "training.eval_every=0",
-                                  "training.steps=4",
-                                  "checkpoint.save_at_end=false",
-                                  "runtime.peak_gflops=1",
-                                  "runtime.threads=1"};
+  std::vector<std::string> all = {"training.micro_batch=1", "training.steps=4"};
   all.insert(all.end(), overrides.begin(), overrides.end());
-  return make_train_config(Config::load(RETORT_TEST_CONFIGS "/tiny.yaml", all), world_size());
+  return retort::test::small_trainer_config(all);
 }
 
 // Bytes of this rank's shards: parameters and the optimizer state it holds.

@@ -25,28 +25,12 @@ using retort::test::world_size;
 namespace {
 
 TrainConfig layout_tp2_dp2(const std::string& run_dir, std::vector<std::string> overrides) {
-  std::vector<std::string> all = {"data.paths=[" RETORT_TEST_CORPUS "]",
-                                  "model.layers=2",
-                                  "model.hidden=64",
-                                  "model.heads=8",
-                                  "model.kv_heads=2",
-                                  "model.ffn_hidden=128",
-                                  "data.seq_len=32",
-                                  "training.global_batch=8",
-                                  "training.micro_batch=2",
-                                  "training.eval_every=0",
-                                  "training.log_every=1",
-                                  "checkpoint.save_at_end=false",
-                                  "runtime.peak_gflops=1",
-                                  "runtime.threads=1",
-                                  "parallel.tensor=2",
-                                  "parallel.data=2",
-                                  "parallel.sequence_parallel=true",
-                                  "optimizer.zero_stage=1",
-                                  "optimizer.warmup_steps=3",
+  std::vector<std::string> all = {"training.log_every=1",   "parallel.tensor=2",
+                                  "parallel.data=2",        "parallel.sequence_parallel=true",
+                                  "optimizer.zero_stage=1", "optimizer.warmup_steps=3",
                                   "run.dir=" + run_dir};
   all.insert(all.end(), overrides.begin(), overrides.end());
-  return make_train_config(Config::load(RETORT_TEST_CONFIGS "/tiny.yaml", all), world_size());
+  return retort::test::small_trainer_config(all);
 }
 
 // Every parameter and AdamW state tensor of this rank, copied.

@@ -178,6 +178,39 @@ TEST(Communicator, BFloat16SumsAreFloat32SumsRoundedOnce) {
   EXPECT_TRUE(torch::equal(received, every_rank[(g.r + g.n - 1) % g.n]));
 }
 
+// ReduceOp::SumNarrow (parallel.dp_reduce_dtype=bfloat16): bf16 moves and is summed as bf16,
+// half the bytes of the widened sum, and every partial sum is rounded: each of the n - 1
+// additions errs by at most u = 2^-8 of its result, whose magnitude is at most the sum of the
+// |values|, so |result - exact| <= (n - 1) u sum|x|. Two ranks round once: exactly the
+// float64 sum rounded. All ranks get the same bits (the operation is commutative).
+TEST(Communicator, NarrowBFloat16SumsMoveHalfTheBytesAndRoundEachPartialSum) {
+  Group g;
+  const int64_t n = 64 * g.n;
+  torch::manual_seed(22);
+  torch::Tensor every_rank = torch::randn({g.n, n}, torch::kDouble).to(torch::kBFloat16);
+  torch::Tensor mine = every_rank[g.r].contiguous();
+  torch::Tensor exact = every_rank.to(torch::kDouble).sum(0);
+  torch::Tensor bound = every_rank.to(torch::kDouble).abs().sum(0) * (g.n - 1) / 256.0;
+  g.comm.reset_counters();
+  torch::Tensor reduced = mine.clone();
+  g.comm.all_reduce(reduced, ReduceOp::SumNarrow);
+  EXPECT_EQ(g.comm.counters().at("all_reduce").bytes, n * 2);
+  EXPECT_TRUE(((reduced.to(torch::kDouble) - exact).abs() <= bound).all().item<bool>())
+      << "worst error " << (reduced.to(torch::kDouble) - exact).abs().max().item<double>();
+  if (g.n == 2) EXPECT_TRUE(torch::equal(reduced, exact.to(torch::kBFloat16)));
+  torch::Tensor first = reduced.clone();
+  g.comm.broadcast(first, 0);
+  EXPECT_TRUE(torch::equal(first, reduced)) << "ranks disagree";
+
+  std::vector<int64_t> counts(g.n, 64);
+  torch::Tensor part = torch::empty({64}, torch::kBFloat16);
+  g.comm.reset_counters();
+  g.comm.reduce_scatter_v_async(mine, part, counts, ReduceOp::SumNarrow).wait();
+  EXPECT_EQ(g.comm.counters().at("reduce_scatter").bytes, n * 2);
+  torch::Tensor my_exact = exact.narrow(0, 64 * g.r, 64), my_bound = bound.narrow(0, 64 * g.r, 64);
+  EXPECT_TRUE(((part.to(torch::kDouble) - my_exact).abs() <= my_bound).all().item<bool>());
+}
+
 // Every collective and point-to-point call gives the same result when its message goes out
 // in pieces of at most 7 elements (MPI's int counts, exercised small) as in one call, and
 // the results match their definitions computed here.

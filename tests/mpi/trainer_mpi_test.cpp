@@ -22,21 +22,7 @@ using retort::test::world_size;
 namespace {
 
 TrainConfig small(std::vector<std::string> overrides) {
-  std::vector<std::string> all = {"data.paths=[" RETORT_TEST_CORPUS "]",
-                                  "model.layers=2",
-                                  "model.hidden=64",
-                                  "model.heads=8",
-                                  "model.kv_heads=2",
-                                  "model.ffn_hidden=128",
-                                  "data.seq_len=32",
-                                  "training.global_batch=8",
-                                  "training.micro_batch=2",
-                                  "training.eval_every=0",
-                                  "checkpoint.save_at_end=false",
-                                  "runtime.peak_gflops=1",
-                                  "runtime.threads=1"};
-  all.insert(all.end(), overrides.begin(), overrides.end());
-  return make_train_config(Config::load(RETORT_TEST_CONFIGS "/tiny.yaml", all), world_size());
+  return retort::test::small_trainer_config(overrides);
 }
 
 double sum_over_world(double v) {

@@ -1,6 +1,7 @@
 // tests/mpi/trainer_test_support.h: what the multi-rank trainer tests share: world rank and
-// size, and a check that a checkpoint file holds, for every parameter of a trainer's shard,
-// the global tensor its ranks gather (a tied copy must equal what its owner wrote).
+// size, a small model's training config, and a check that a checkpoint file holds, for every
+// parameter of a trainer's shard, the global tensor its ranks gather (a tied copy must equal what
+// its owner wrote).
 #pragma once
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -9,6 +10,7 @@
 #include <string>
 
 #include "engine/checkpoint/checkpoint.h"
+#include "engine/config/config.h"
 #include "engine/train/trainer.h"
 #include "layers/sharding.h"
 
@@ -24,6 +26,27 @@ inline int world_size() {
   int n = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &n);
   return n;
+}
+
+// configs/tiny.yaml shrunk to a model of hidden 64, 2 layers, sequence 32, 8 samples a step in
+// micro-batches of 2, no evaluation or final checkpoint; `overrides` come after, so win.
+inline engine::TrainConfig small_trainer_config(const std::vector<std::string>& overrides) {
+  std::vector<std::string> all = {"data.paths=[" RETORT_TEST_CORPUS "]",
+                                  "model.layers=2",
+                                  "model.hidden=64",
+                                  "model.heads=8",
+                                  "model.kv_heads=2",
+                                  "model.ffn_hidden=128",
+                                  "data.seq_len=32",
+                                  "training.global_batch=8",
+                                  "training.micro_batch=2",
+                                  "training.eval_every=0",
+                                  "checkpoint.save_at_end=false",
+                                  "runtime.peak_gflops=1",
+                                  "runtime.threads=1"};
+  all.insert(all.end(), overrides.begin(), overrides.end());
+  return engine::make_train_config(engine::Config::load(RETORT_TEST_CONFIGS "/tiny.yaml", all),
+                                   world_size());
 }
 
 // Collective over the trainer's TP group (the gathers).

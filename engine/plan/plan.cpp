@@ -1,0 +1,293 @@
+// engine/plan/plan.cpp: see plan.h. The communication rules mirror the layers and the step:
+// tests/mpi/comm_volume_test.cpp derives the per-micro-batch TP and STP counts; the per-step
+// scalars are the trainer's (engine/train/trainer.cpp: the world's agreement flags, the loss
+// sums over PP and DP, the token count over DP, the gradient norm's partial sums).
+#include "engine/plan/plan.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "common/user_error.h"
+#include "engine/observe/metrics.h"
+
+namespace retort::engine {
+namespace {
+
+constexpr int64_t kScalar = 8;  // the step's scalar reductions travel as float64
+
+struct StageShape {
+  int64_t layers = 0;
+  bool first = true, last = true;
+};
+
+StageShape stage_of(const TrainConfig& c, int pp) {
+  StageShape s;
+  if (c.stages.empty()) {
+    s.layers = c.model.layers;
+    return s;
+  }
+  s.layers = c.stages.at(size_t(pp)).size();
+  s.first = pp == 0;
+  s.last = pp == c.layout.pipeline - 1;
+  return s;
+}
+
+int64_t main_bytes(const TrainConfig& c) {
+  return c.dtype == DType::float64 ? 8 : 4;
+}
+
+// Bytes of one activation element on the wire (TP collectives) and between stages.
+int64_t activation_bytes(const TrainConfig& c) {
+  return c.dtype == DType::bfloat16 ? 2 : main_bytes(c);
+}
+int64_t pipeline_bytes(const TrainConfig& c) {
+  return c.dtype == DType::bfloat16 && !c.fp32_residual ? 2 : main_bytes(c);
+}
+
+// The terms summed with the loss each step (distill::LossTerms::values after the loss).
+int64_t loss_values(const TrainConfig& c) {
+  if (!c.distill.enabled) return 1;
+  return 1 + 3 + int64_t(c.distill.objective.pairs.size());
+}
+
+}  // namespace
+
+PlanParameters plan_parameters(const TrainConfig& c, const PlanRank& rank) {
+  const layers::ModelConfig& m = c.model;
+  const int64_t T = c.layout.tensor, h = m.hidden, d = m.head_dim();
+  const StageShape stage = stage_of(c, rank.pp);
+  const int64_t vocab = layers::padded_vocab_size(m.vocab_size, int(T)) / T * h;
+  PlanParameters p;
+  const int64_t q = h * m.heads * d / T + (m.qkv_bias ? m.heads * d / T : 0);
+  const bool kv_replicated = m.kv_heads % T != 0;
+  const int64_t kv_one = kv_replicated
+                             ? h * m.kv_heads * d + (m.qkv_bias ? m.kv_heads * d : 0)
+                             : h * m.kv_heads * d / T + (m.qkv_bias ? m.kv_heads * d / T : 0);
+  const int64_t o = m.heads * d / T * h;
+  const int64_t mlp = 3 * h * m.ffn_hidden / T;
+  const int64_t norms = 2 * h;
+  p.held = stage.layers * (q + 2 * kv_one + o + mlp + norms);
+  const bool sequence = c.layout.sequence_parallel && T > 1;
+  if (kv_replicated) p.partial_over_tp += stage.layers * 2 * kv_one;
+  if (sequence) p.partial_over_tp += stage.layers * norms + (stage.last ? h : 0);
+  if (stage.first) p.held += vocab;
+  if (stage.last) {
+    p.held += h;  // the final norm
+    if (!m.tied_embeddings)
+      p.held += vocab;
+    else if (!stage.first)
+      p.held += vocab, p.tied_embedding = vocab;  // the head's copy of the embedding
+  }
+  if (stage.first && m.tied_embeddings && !stage.last) p.tied_embedding = vocab;
+  p.trainable = p.held;
+  return p;
+}
+
+bool plan_dp_in_shared_memory(const TrainConfig& c, int64_t ranks_per_host) {
+  const int64_t T = c.layout.tensor, D = c.layout.data;
+  const int64_t world = T * c.layout.pipeline * D;
+  const int64_t per_host = ranks_per_host > 0 ? std::min(ranks_per_host, world) : world;
+  // DP ranks are T apart in the rank order; a host holds per_host consecutive ranks.
+  const int64_t dp_per_host = T >= per_host ? 1 : std::min(D, per_host / T);
+  return c.runtime.device == Device::cpu && c.parallel.dp_shared_memory &&
+         c.optimizer.zero_stage == 0 && D > 1 && dp_per_host >= 2 && D % dp_per_host == 0;
+}
+
+std::map<std::string, int64_t> plan_communication(const TrainConfig& c, const PlanRank& rank,
+                                                  int64_t ranks_per_host) {
+  std::map<std::string, int64_t> bytes;
+  const int64_t T = c.layout.tensor, P = c.layout.pipeline, D = c.layout.data;
+  const int64_t micro = c.accumulation_steps();
+  const int64_t tokens = c.training.micro_batch * c.data.seq_len;
+  const int64_t act = tokens * c.model.hidden * activation_bytes(c);
+  // Sums of 16-bit activations travel widened to float32 (parallel/communicator.h).
+  const int64_t summed_act = tokens * c.model.hidden * std::max<int64_t>(activation_bytes(c), 4);
+  const int64_t per_token = tokens * (c.dtype == DType::float64 ? 8 : 4);
+  const StageShape stage = stage_of(c, rank.pp);
+  const int64_t L = stage.layers;
+  const bool sequence = c.layout.sequence_parallel && T > 1;
+  const bool full_recompute = c.memory.activation_checkpointing == layers::Checkpointing::full;
+  const PlanParameters params = plan_parameters(c, rank);
+  const int64_t grad_bytes = main_bytes(c);
+  auto add = [&](const std::string& key, int64_t n) {
+    if (n != 0) bytes[key] += n;
+  };
+  if (T > 1) {
+    // Per micro-batch: each block's two row-parallel exits forward and two column-parallel
+    // entries backward; the embedding's exit (first stage); the head's entry and the
+    // cross-entropy's three per-token reductions (last stage).
+    const int64_t recompute = full_recompute ? 2 * L : 0;
+    if (!sequence) {
+      add("tp/all_reduce", micro * ((4 * L + stage.first + stage.last + recompute) * summed_act +
+                                    (stage.last ? 3 * per_token : 0)));
+    } else {
+      add("tp/all_gather", micro * (4 * L + stage.first + stage.last + recompute) * act);
+      add("tp/reduce_scatter", micro * (4 * L + stage.first + stage.last + recompute) * summed_act);
+      add("tp/all_reduce", micro * (stage.last ? 3 * per_token : 0));
+    }
+    add("tp/all_reduce", params.partial_over_tp * grad_bytes);
+    add("tp/all_reduce", kScalar);  // the gradient norm's sharded part
+  }
+  if (P > 1) {
+    const int64_t message = tokens / (sequence ? T : 1) * c.model.hidden * pipeline_bytes(c);
+    const int64_t neighbours = int64_t(!stage.first) + int64_t(!stage.last);
+    add("pp/send", micro * neighbours * message);
+    add("pp/recv", micro * neighbours * message);
+    add("pp/all_reduce", kScalar * loss_values(c) + kScalar);  // loss sum, gradient norm
+    if (params.tied_embedding > 0) add("embedding/all_reduce", params.tied_embedding * grad_bytes);
+  }
+  if (D > 1) {
+    const int64_t reduce_bytes = c.parallel.dp_reduce_dtype == ReduceDType::bfloat16 &&
+                                         !plan_dp_in_shared_memory(c, ranks_per_host)
+                                     ? 2
+                                     : grad_bytes;
+    if (c.optimizer.zero_stage >= 1) {
+      add("dp/reduce_scatter", params.trainable * reduce_bytes);
+      add("dp/all_gather", params.trainable * main_bytes(c));
+      add("dp/all_reduce", kScalar);  // the gradient norm over the owners
+    } else {
+      add("dp/all_reduce", params.trainable * reduce_bytes);
+    }
+    add("dp/all_reduce", kScalar * loss_values(c) + kScalar);  // loss sum, target count
+  }
+  if (T * P * D > 1) add("world/all_reduce", 3 * kScalar);  // non-finite and stop flags
+  return bytes;
+}
+
+DeviceKind device_kind(const std::string& name) {
+  // Datasheet figures: dense bf16 rate, HBM, NVLink per GPU (one direction), and one
+  // 400 Gbit/s InfiniBand port per GPU; the CPU row is this project's 2-core machines over
+  // 1 Gbit/s Ethernet, its rate the fp32 FMA peak of one core.
+  if (name == "h100") return {"h100", 989, 0.4, 80, 450, 50, 5};
+  if (name == "a100") return {"a100", 312, 0.45, 80, 300, 25, 5};
+  if (name == "cpu") return {"cpu", 0.1, 0.3, 24, 10, 0.125, 100};
+  throw UserError("--device " + name + ": the planner knows h100, a100 and cpu");
+}
+
+PlanMemory plan_memory(const TrainConfig& c, const PlanRank& rank) {
+  const layers::ModelConfig& m = c.model;
+  const PlanParameters params = plan_parameters(c, rank);
+  const bool bf16 = c.dtype == DType::bfloat16;
+  const int64_t main = main_bytes(c);
+  PlanMemory mem;
+  mem.weights = params.held * (bf16 ? 2 : main);
+  mem.main_weights = bf16 ? params.held * main : 0;
+  mem.gradients = params.trainable * main;
+  const int64_t owners = c.optimizer.zero_stage >= 1 ? c.layout.data : 1;
+  mem.optimizer = 2 * params.trainable * main / owners;
+  // Saved for backward per token and layer (run_summary's estimate, per checkpointing mode):
+  // everything a block keeps, only its input under full recomputation, and without the
+  // attention core and SwiGLU product under selective.
+  const StageShape stage = stage_of(c, rank.pp);
+  const int64_t T = c.layout.tensor, s = c.data.seq_len, h = m.hidden, f = m.ffn_hidden / T;
+  const int64_t kv = m.kv_heads * m.head_dim() / std::min<int64_t>(T, m.kv_heads);
+  const int64_t q = m.heads * m.head_dim() / T;
+  int64_t per_token_layer = 6 * h + 2 * q + 4 * kv + 4 * f;
+  if (c.memory.activation_checkpointing == layers::Checkpointing::full)
+    per_token_layer = h;
+  else if (c.memory.activation_checkpointing == layers::Checkpointing::selective)
+    per_token_layer = 6 * h + 2 * q + 4 * kv + 2 * f;
+  const int64_t head_chunk = c.memory.head_chunk_tokens > 0 ? c.memory.head_chunk_tokens : s;
+  const int64_t vocab_rows = layers::padded_vocab_size(m.vocab_size, int(T)) / T;
+  const int64_t in_flight = std::min<int64_t>(c.layout.pipeline - rank.pp, c.accumulation_steps());
+  const int64_t tokens = c.training.micro_batch * s;
+  mem.activations = in_flight * tokens * stage.layers * per_token_layer * (bf16 ? 2 : main) +
+                    (stage.last ? head_chunk * vocab_rows * 4 : 0);
+  if (c.distill.enabled) {
+    const layers::ModelConfig& t = c.distill.teacher;
+    TrainConfig teacher_config = c;
+    teacher_config.model = t;
+    teacher_config.stages.clear();
+    const PlanParameters teacher = plan_parameters(teacher_config, {rank.tp, 0, rank.dp});
+    mem.teacher = teacher.held / std::max<int64_t>(1, c.layout.pipeline) * (bf16 ? 2 : main) +
+                  tokens * int64_t(c.distill.objective.pairs.size()) * t.hidden * (bf16 ? 2 : main);
+  }
+  return mem;
+}
+
+PlanTime plan_time(const TrainConfig& c, const ClusterShape& cluster) {
+  PlanTime t;
+  const int64_t T = c.layout.tensor, P = c.layout.pipeline, D = c.layout.data;
+  const double flops_per_token =
+      c.model.training_flops_per_token(c.data.seq_len) +
+      (c.distill.enabled ? c.distill.teacher.training_flops_per_token(c.data.seq_len) / 3 : 0);
+  const double tokens_per_rank = double(c.training.global_batch * c.data.seq_len) / double(D);
+  const double rate = cluster.device.tflops * 1e12 * cluster.device.efficiency;
+  t.compute_s = flops_per_token * tokens_per_rank / double(T * P) / rate;
+  const int64_t micro = c.accumulation_steps();
+  if (P > 1) t.bubble_s = t.compute_s * double(P - 1) / double(micro);
+  // A group is on one host when its ranks fit a host's share in the rank order (TP fastest).
+  const int64_t per_node = cluster.gpus_per_node;
+  auto bandwidth = [&](int64_t stride, int64_t size) {  // GB/s for a group of ranks
+    return stride * size <= per_node ? cluster.device.intra_gbps : cluster.device.inter_gbps;
+  };
+  const std::map<std::string, int64_t> bytes = plan_communication(c, PlanRank{});
+  auto group_bytes = [&](const std::string& group) {
+    double total = 0;
+    for (const auto& [key, n] : bytes)
+      if (key.rfind(group + "/", 0) == 0) total += double(n);
+    return total;
+  };
+  // Ring algorithms move about 2 (n-1)/n of an all-reduce's message per rank, (n-1)/n of a
+  // gather's or scatter's; the factor below takes the all-reduce's for the TP and DP sums.
+  auto ring = [](int64_t n) { return n > 1 ? 2.0 * double(n - 1) / double(n) : 0.0; };
+  t.tp_s = group_bytes("tp") * ring(T) / 2 / (bandwidth(1, T) * 1e9);
+  t.pp_s = P > 1 ? group_bytes("pp") / 2 / (bandwidth(T * D, 2) * 1e9) : 0;
+  t.dp_s = group_bytes("dp") * ring(D) / (bandwidth(T, D) * 1e9);
+  // Buckets reduce while backward (two thirds of the compute) runs on: what is left shows.
+  t.dp_exposed_s = std::max(0.0, t.dp_s - t.compute_s * 2.0 / 3.0 / double(micro));
+  return t;
+}
+
+std::string plan_report(const TrainConfig& c, const ClusterShape& cluster) {
+  const int64_t T = c.layout.tensor, P = c.layout.pipeline, D = c.layout.data;
+  std::ostringstream os;
+  const int64_t ranks = T * P * D;
+  os << "plan: " << parallel::describe(c.layout) << " on " << cluster.nodes << " node(s) x "
+     << cluster.gpus_per_node << " " << cluster.device.name << " (" << ranks << " ranks)\n";
+  // Memory: the rank of each stage (TP rank 0, DP rank 0); the largest decides the fit.
+  PlanMemory worst;
+  int worst_stage = 0;
+  for (int pp = 0; pp < P; ++pp) {
+    const PlanMemory m = plan_memory(c, {0, pp, 0});
+    if (m.total() > worst.total()) worst = m, worst_stage = pp;
+  }
+  os << "memory per rank (stage " << worst_stage
+     << ", the largest): " << format_bytes(worst.total()) << " of " << cluster.device.memory_gb
+     << " GB\n";
+  const std::vector<std::pair<const char*, int64_t>> categories = {
+      {"weights", worst.weights},
+      {"main weights", worst.main_weights},
+      {"gradients", worst.gradients},
+      {"optimizer state", worst.optimizer},
+      {"saved activations", worst.activations},
+      {"teacher", worst.teacher}};
+  for (const auto& [name, n] : categories)
+    if (n > 0) os << "  " << name << ": " << format_bytes(n) << "\n";
+  os << "communication per step (rank 0; bytes as the communicators count them):\n";
+  for (const auto& [key, n] : plan_communication(c, PlanRank{}))
+    os << "  " << key << ": " << format_bytes(n) << "\n";
+  const PlanTime t = plan_time(c, cluster);
+  const double tokens = double(c.training.global_batch * c.data.seq_len);
+  char line[256];
+  std::snprintf(line, sizeof(line),
+                "time per step: %.3f s = compute %.3f + bubble %.3f + TP %.3f + PP %.3f + DP "
+                "exposed %.3f (of %.3f); %.0f tokens/s\n",
+                t.step_s(), t.compute_s, t.bubble_s, t.tp_s, t.pp_s, t.dp_exposed_s, t.dp_s,
+                tokens / t.step_s());
+  os << line;
+  const double capacity = cluster.device.memory_gb * 1e9;
+  if (double(worst.total()) > capacity) {
+    const auto largest = std::max_element(categories.begin(), categories.end(),
+                                          [](auto& a, auto& b) { return a.second < b.second; });
+    throw UserError(os.str() + "plan: does not fit: stage " + std::to_string(worst_stage) +
+                    " needs " + format_bytes(worst.total()) + " per rank, the " +
+                    cluster.device.name + " has " + std::to_string(int(cluster.device.memory_gb)) +
+                    " GB; the largest category is " + largest->first + " (" +
+                    format_bytes(largest->second) + ")");
+  }
+  return os.str();
+}
+
+}  // namespace retort::engine
