@@ -64,7 +64,9 @@ int train(int argc, char** argv, const parallel::MpiRuntime& mpi) {
       "print the planner's memory per rank by category, communication bytes per step by "
       "group, and predicted step time for the layout on --nodes x --gpus-per-node ranks of "
       "--device, then exit; refuses a layout that does not fit")(
-      "nodes", po::value<int>()->default_value(1), "--plan: hosts")(
+      "search",
+      "with --plan: try every layout of the ranks (TP, PP, DP, ZeRO-1, checkpointing) and "
+      "print the fastest that fit")("nodes", po::value<int>()->default_value(1), "--plan: hosts")(
       "gpus-per-node", po::value<int>(), "--plan: ranks per host (default: the ranks started)")(
       "device", po::value<std::string>()->default_value("h100"), "--plan: h100, a100 or cpu")(
       "tflops", po::value<double>(), "--plan: override the device's dense TFLOP/s")(
@@ -107,6 +109,10 @@ int train(int argc, char** argv, const parallel::MpiRuntime& mpi) {
         if (!(*field > 0)) throw UserError(std::string("--") + flag + " must be positive");
       }
     const engine::Config config = engine::Config::load(line.config, line.overrides);
+    if (vm.count("search")) {
+      std::cout << engine::plan_search_report(config, cluster);
+      return 0;
+    }
     std::cout << engine::plan_report(
         engine::make_train_config(config, cluster.nodes * cluster.gpus_per_node), cluster);
     return 0;

@@ -159,9 +159,9 @@ DeviceKind device_kind(const std::string& name) {
   // Datasheet figures: dense bf16 rate, HBM, NVLink per GPU (one direction), and one
   // 400 Gbit/s InfiniBand port per GPU; the CPU row is this project's 2-core machines over
   // 1 Gbit/s Ethernet, its rate the fp32 FMA peak of one core.
-  if (name == "h100") return {"h100", 989, 0.4, 80, 450, 50, 5};
-  if (name == "a100") return {"a100", 312, 0.45, 80, 300, 25, 5};
-  if (name == "cpu") return {"cpu", 0.1, 0.3, 24, 10, 0.125, 100};
+  if (name == "h100") return {"h100", 989, 0.4, 80, 0.9, 450, 50, 5};
+  if (name == "a100") return {"a100", 312, 0.45, 80, 0.9, 300, 25, 5};
+  if (name == "cpu") return {"cpu", 0.1, 0.3, 24, 0.9, 10, 0.125, 100};
   throw UserError("--device " + name + ": the planner knows h100, a100 and cpu");
 }
 
@@ -209,35 +209,63 @@ PlanMemory plan_memory(const TrainConfig& c, const PlanRank& rank) {
 PlanTime plan_time(const TrainConfig& c, const ClusterShape& cluster) {
   PlanTime t;
   const int64_t T = c.layout.tensor, P = c.layout.pipeline, D = c.layout.data;
-  const double flops_per_token =
-      c.model.training_flops_per_token(c.data.seq_len) +
-      (c.distill.enabled ? c.distill.teacher.training_flops_per_token(c.data.seq_len) / 3 : 0);
-  const double tokens_per_rank = double(c.training.global_batch * c.data.seq_len) / double(D);
+  const int64_t seq = c.data.seq_len;
+  const double student = c.model.training_flops_per_token(seq);
+  // Recomputation in backward: the blocks' forward again (full), or the attention core's
+  // (selective): what the FLOPs grow by from sequence 1 to seq, a third of it forward.
+  double recompute = 0;
+  if (c.memory.activation_checkpointing == layers::Checkpointing::full) recompute = student / 3;
+  if (c.memory.activation_checkpointing == layers::Checkpointing::selective)
+    recompute = (student - c.model.training_flops_per_token(1)) / 3;
+  const double teacher =
+      c.distill.enabled ? c.distill.teacher.training_flops_per_token(seq) / 3 : 0;  // forward
+  const double tokens_per_rank = double(c.training.global_batch * seq) / double(D);
   const double rate = cluster.device.tflops * 1e12 * cluster.device.efficiency;
-  t.compute_s = flops_per_token * tokens_per_rank / double(T * P) / rate;
+  t.compute_s = (student + recompute + teacher) * tokens_per_rank / double(T * P) / rate;
   const int64_t micro = c.accumulation_steps();
   if (P > 1) t.bubble_s = t.compute_s * double(P - 1) / double(micro);
-  // A group is on one host when its ranks fit a host's share in the rank order (TP fastest).
-  const int64_t per_node = cluster.gpus_per_node;
-  auto bandwidth = [&](int64_t stride, int64_t size) {  // GB/s for a group of ranks
-    return stride * size <= per_node ? cluster.device.intra_gbps : cluster.device.inter_gbps;
+  // Seconds on the wire per rank, by group: ring algorithms move 2 (n-1)/n of an all-reduce's
+  // message, (n-1)/n of what a gather or scatter counts; a send moves its message once.
+  const std::map<std::string, int64_t> bytes =
+      plan_communication(c, PlanRank{}, cluster.gpus_per_node);
+  auto seconds = [&](const std::string& group, int64_t n, const std::string& only = "") {
+    const double bandwidth = plan_group_across_hosts(c, group, cluster.gpus_per_node)
+                                 ? cluster.device.inter_gbps
+                                 : cluster.device.intra_gbps;
+    double wire = 0;
+    for (const auto& [key, count] : bytes) {
+      if (key.rfind(group + "/", 0) != 0) continue;
+      const std::string op = key.substr(group.size() + 1);
+      if (!only.empty() && op != only) continue;
+      const double share = double(n - 1) / double(n);
+      wire += double(count) * (op == "all_reduce" ? 2 * share
+                               : op == "send"     ? 1.0
+                               : op == "recv"     ? 0.0
+                                                  : share);
+    }
+    return wire / (bandwidth * 1e9);
   };
-  const std::map<std::string, int64_t> bytes = plan_communication(c, PlanRank{});
-  auto group_bytes = [&](const std::string& group) {
-    double total = 0;
-    for (const auto& [key, n] : bytes)
-      if (key.rfind(group + "/", 0) == 0) total += double(n);
-    return total;
-  };
-  // Ring algorithms move about 2 (n-1)/n of an all-reduce's message per rank, (n-1)/n of a
-  // gather's or scatter's; the factor below takes the all-reduce's for the TP and DP sums.
-  auto ring = [](int64_t n) { return n > 1 ? 2.0 * double(n - 1) / double(n) : 0.0; };
-  t.tp_s = group_bytes("tp") * ring(T) / 2 / (bandwidth(1, T) * 1e9);
-  t.pp_s = P > 1 ? group_bytes("pp") / 2 / (bandwidth(T * D, 2) * 1e9) : 0;
-  t.dp_s = group_bytes("dp") * ring(D) / (bandwidth(T, D) * 1e9);
-  // Buckets reduce while backward (two thirds of the compute) runs on: what is left shows.
-  t.dp_exposed_s = std::max(0.0, t.dp_s - t.compute_s * 2.0 / 3.0 / double(micro));
+  t.tp_s = T > 1 ? seconds("tp", T) : 0;
+  t.pp_s = P > 1 ? seconds("pp", P) : 0;
+  if (D > 1) {
+    t.dp_s = seconds("dp", D);
+    // Buckets reduce while the last micro-batch's backward (two thirds of its compute) runs;
+    // ZeRO-1's gather of the updated weights follows the step, in full view.
+    const double gather = seconds("dp", D, "all_gather");
+    t.dp_exposed_s =
+        std::max(0.0, t.dp_s - gather - t.compute_s * 2.0 / 3.0 / double(micro)) + gather;
+  }
   return t;
+}
+
+bool plan_group_across_hosts(const TrainConfig& c, const std::string& group, int64_t per_node) {
+  const int64_t T = c.layout.tensor, P = c.layout.pipeline, D = c.layout.data;
+  int64_t stride = 1, size = 1;
+  if (group == "tp") stride = 1, size = T;
+  if (group == "dp") stride = T, size = D;
+  if (group == "pp") stride = T * D, size = P;
+  if (group == "embedding") stride = T * D * (P - 1), size = P > 1 ? 2 : 1;
+  return size > 1 && stride * (size - 1) >= per_node;
 }
 
 std::string plan_report(const TrainConfig& c, const ClusterShape& cluster) {
@@ -266,8 +294,13 @@ std::string plan_report(const TrainConfig& c, const ClusterShape& cluster) {
   for (const auto& [name, n] : categories)
     if (n > 0) os << "  " << name << ": " << format_bytes(n) << "\n";
   os << "communication per step (rank 0; bytes as the communicators count them):\n";
-  for (const auto& [key, n] : plan_communication(c, PlanRank{}))
-    os << "  " << key << ": " << format_bytes(n) << "\n";
+  for (const auto& [key, n] : plan_communication(c, PlanRank{}, cluster.gpus_per_node)) {
+    const std::string group = key.substr(0, key.find('/'));
+    const char* link = group == "world"                                           ? "every link"
+                       : plan_group_across_hosts(c, group, cluster.gpus_per_node) ? "across hosts"
+                                                                                  : "within a host";
+    os << "  " << key << ": " << format_bytes(n) << " (" << link << ")\n";
+  }
   const PlanTime t = plan_time(c, cluster);
   const double tokens = double(c.training.global_batch * c.data.seq_len);
   char line[256];
@@ -277,15 +310,101 @@ std::string plan_report(const TrainConfig& c, const ClusterShape& cluster) {
                 t.step_s(), t.compute_s, t.bubble_s, t.tp_s, t.pp_s, t.dp_exposed_s, t.dp_s,
                 tokens / t.step_s());
   os << line;
-  const double capacity = cluster.device.memory_gb * 1e9;
+  const double capacity = cluster.device.memory_gb * cluster.device.usable_fraction * 1e9;
   if (double(worst.total()) > capacity) {
     const auto largest = std::max_element(categories.begin(), categories.end(),
                                           [](auto& a, auto& b) { return a.second < b.second; });
     throw UserError(os.str() + "plan: does not fit: stage " + std::to_string(worst_stage) +
                     " needs " + format_bytes(worst.total()) + " per rank, the " +
                     cluster.device.name + " has " + std::to_string(int(cluster.device.memory_gb)) +
-                    " GB; the largest category is " + largest->first + " (" +
+                    " GB (" + std::to_string(int(cluster.device.usable_fraction * 100)) +
+                    "% usable); the largest category is " + largest->first + " (" +
                     format_bytes(largest->second) + ")");
+  }
+  return os.str();
+}
+
+namespace {
+
+std::vector<int64_t> divisors_up_to(int64_t n, int64_t limit) {
+  std::vector<int64_t> out;
+  for (int64_t d = 1; d <= std::min(n, limit); ++d)
+    if (n % d == 0) out.push_back(d);
+  return out;
+}
+
+}  // namespace
+
+std::vector<PlanCandidate> plan_search(const Config& base, const ClusterShape& cluster) {
+  const int64_t world = int64_t(cluster.nodes) * cluster.gpus_per_node;
+  const TrainConfig shape = make_train_config(base, 1);  // the model's sizes, one rank
+  std::vector<PlanCandidate> candidates;
+  for (int64_t T : divisors_up_to(cluster.gpus_per_node, 8))
+    for (int64_t P : divisors_up_to(shape.model.layers, 64)) {
+      if (world % (T * P) != 0) continue;
+      for (int zero : {0, 1})
+        for (const char* recompute : {"none", "selective", "full"}) {
+          PlanCandidate k;
+          k.overrides = {"parallel.tensor=" + std::to_string(T),
+                         "parallel.pipeline=" + std::to_string(P),
+                         "parallel.data=auto",
+                         std::string("parallel.sequence_parallel=") + (T > 1 ? "true" : "false"),
+                         "parallel.pipeline_split=[]",
+                         "optimizer.zero_stage=" + std::to_string(zero),
+                         std::string("memory.activation_checkpointing=") + recompute};
+          if (zero == 1 && world / (T * P) == 1) continue;  // ZeRO over one rank: the same
+          Config config = base;
+          try {
+            for (const std::string& o : k.overrides) config.apply_override(o);
+            const TrainConfig c = make_train_config(config, int(world));
+            k.layout = parallel::describe(c.layout) + (zero ? " ZeRO-1" : "") + ", checkpointing " +
+                       recompute;
+            for (int pp = 0; pp < P; ++pp) {
+              const PlanMemory m = plan_memory(c, {0, pp, 0});
+              if (m.total() > k.memory.total()) k.memory = m;
+            }
+            k.time = plan_time(c, cluster);
+            k.fits = double(k.memory.total()) <=
+                     cluster.device.memory_gb * cluster.device.usable_fraction * 1e9;
+            if (!k.fits) k.refusal = "needs " + format_bytes(k.memory.total()) + " per rank";
+          } catch (const UserError& e) {
+            k.layout = "TP" + std::to_string(T) + " x PP" + std::to_string(P) +
+                       (zero ? " ZeRO-1" : "") + ", checkpointing " + recompute;
+            k.refusal = e.what();
+          }
+          candidates.push_back(k);
+        }
+    }
+  std::stable_sort(candidates.begin(), candidates.end(), [](const auto& a, const auto& b) {
+    if (a.fits != b.fits) return a.fits;
+    return a.fits ? a.time.step_s() < b.time.step_s() : a.memory.total() < b.memory.total();
+  });
+  return candidates;
+}
+
+std::string plan_search_report(const Config& base, const ClusterShape& cluster, int shown) {
+  const std::vector<PlanCandidate> all = plan_search(base, cluster);
+  std::ostringstream os;
+  const TrainConfig shape = make_train_config(base, 1);
+  const double tokens = double(shape.training.global_batch * shape.data.seq_len);
+  os << "search: " << all.size() << " layouts of " << cluster.nodes * cluster.gpus_per_node
+     << " ranks (" << cluster.nodes << " x " << cluster.gpus_per_node << " " << cluster.device.name
+     << ")\n";
+  if (all.empty() || !all[0].fits) {
+    os << "none fits in " << cluster.device.memory_gb << " GB; the smallest:\n";
+  }
+  char line[512];
+  for (int i = 0; i < std::min<int>(shown, int(all.size())); ++i) {
+    const PlanCandidate& k = all[size_t(i)];
+    if (!k.fits && k.memory.total() == 0) continue;
+    std::snprintf(line, sizeof(line),
+                  "%s %-44s %9s/rank  step %8.3f s (compute %.3f, bubble %.3f, TP %.3f, PP "
+                  "%.3f, DP exposed %.3f)  %8.0f tokens/s%s\n",
+                  i == 0 && k.fits ? "recommended:" : "            ", k.layout.c_str(),
+                  format_bytes(k.memory.total()).c_str(), k.time.step_s(), k.time.compute_s,
+                  k.time.bubble_s, k.time.tp_s, k.time.pp_s, k.time.dp_exposed_s,
+                  tokens / k.time.step_s(), k.fits ? "" : "  (does not fit)");
+    os << line;
   }
   return os.str();
 }

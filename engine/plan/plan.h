@@ -51,8 +51,11 @@ struct DeviceKind {
   double tflops = 0;        // dense rate of the run's compute dtype, per rank
   double efficiency = 0.4;  // fraction of it a training step reaches (MFU)
   double memory_gb = 0;     // per rank
-  double intra_gbps = 0;    // GB/s per rank within a host (NVLink, shared memory)
-  double inter_gbps = 0;    // GB/s per rank across hosts (InfiniBand, Ethernet)
+  // The share of it a plan may fill: the rest is for the CUDA context, the communication
+  // library's buffers, workspaces and the allocator's fragmentation.
+  double usable_fraction = 0.9;
+  double intra_gbps = 0;  // GB/s per rank within a host (NVLink, shared memory)
+  double inter_gbps = 0;  // GB/s per rank across hosts (InfiniBand, Ethernet)
   double inter_latency_us = 0;
 };
 // "h100", "a100" or "cpu"; throws UserError naming the kinds otherwise.
@@ -82,9 +85,29 @@ struct PlanTime {
 };
 PlanTime plan_time(const TrainConfig& config, const ClusterShape& cluster);
 
+// Whether rank 0's group of this kind ("tp", "pp", "dp", "embedding") spans hosts of
+// `per_node` consecutive ranks (Megatron's order: TP fastest, then DP, then PP).
+bool plan_group_across_hosts(const TrainConfig& config, const std::string& group, int64_t per_node);
+
 // The report --plan prints: memory by category (the largest rank's), bytes per step by group
 // and link kind, predicted step time and tokens/s. Throws UserError when a rank's memory
 // exceeds the device's, naming the category that overflows.
 std::string plan_report(const TrainConfig& config, const ClusterShape& cluster);
+
+// A layout the search tried: its overrides and, if it fits, its predicted step.
+struct PlanCandidate {
+  std::vector<std::string> overrides;  // parallel.*, optimizer.zero_stage, memory.*
+  std::string layout;                  // as the banner writes it, with ZeRO and checkpointing
+  bool fits = false;
+  std::string refusal;  // why it does not fit or cannot run
+  PlanMemory memory;    // the largest rank's
+  PlanTime time;
+};
+// Every layout of the cluster's ranks the config admits (TP within a host, dividing the
+// heads; PP dividing the layers; DP the rest; ZeRO-1 off and on; the three checkpointing
+// modes), fitting ones first by predicted step time, then the rest.
+std::vector<PlanCandidate> plan_search(const Config& config, const ClusterShape& cluster);
+// The search's report: the recommended layout, why, and the runners-up.
+std::string plan_search_report(const Config& config, const ClusterShape& cluster, int shown = 6);
 
 }  // namespace retort::engine
