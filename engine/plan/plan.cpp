@@ -176,24 +176,37 @@ PlanMemory plan_memory(const TrainConfig& c, const PlanRank& rank) {
   mem.gradients = params.trainable * main;
   const int64_t owners = c.optimizer.zero_stage >= 1 ? c.layout.data : 1;
   mem.optimizer = 2 * params.trainable * main / owners;
-  // Saved for backward per token and layer (run_summary's estimate, per checkpointing mode):
-  // everything a block keeps, only its input under full recomputation, and without the
-  // attention core and SwiGLU product under selective.
+  // Saved for backward per token and layer, as the fused block keeps it (layers/block.h):
+  // the block's input and its middle residual (sequence-sharded under STP), both norms'
+  // outputs, the packed q|k|v product, the attention output and its per-head log-sum-exp,
+  // SwiGLU's gate, up and product; under STP also the two gathered (whole-sequence) inputs of
+  // the column products, in float32 (measured: tests/mpi/plan_memory_test.cpp). Selective
+  // recomputation changes none of these (blocked attention keeps no scores, the fused SwiGLU
+  // no more than its inputs); full recomputation keeps each block's input, plus one block's
+  // whole set while it is recomputed.
   const StageShape stage = stage_of(c, rank.pp);
   const int64_t T = c.layout.tensor, s = c.data.seq_len, h = m.hidden, f = m.ffn_hidden / T;
+  const bool sequence = c.layout.sequence_parallel && T > 1;
+  const int64_t residual = sequence ? h / T : h;
   const int64_t kv = m.kv_heads * m.head_dim() / std::min<int64_t>(T, m.kv_heads);
   const int64_t q = m.heads * m.head_dim() / T;
-  int64_t per_token_layer = 6 * h + 2 * q + 4 * kv + 4 * f;
-  if (c.memory.activation_checkpointing == layers::Checkpointing::full)
-    per_token_layer = h;
-  else if (c.memory.activation_checkpointing == layers::Checkpointing::selective)
-    per_token_layer = 6 * h + 2 * q + 4 * kv + 2 * f;
-  const int64_t head_chunk = c.memory.head_chunk_tokens > 0 ? c.memory.head_chunk_tokens : s;
-  const int64_t vocab_rows = layers::padded_vocab_size(m.vocab_size, int(T)) / T;
+  const int64_t element = bf16 ? 2 : main;
+  const int64_t block = (2 * residual + 2 * h + (q + 2 * kv) + q + m.heads / T + 3 * f) * element +
+                        (sequence ? 2 * h * 4 : 0);  // bytes per token
   const int64_t in_flight = std::min<int64_t>(c.layout.pipeline - rank.pp, c.accumulation_steps());
   const int64_t tokens = c.training.micro_batch * s;
-  mem.activations = in_flight * tokens * stage.layers * per_token_layer * (bf16 ? 2 : main) +
-                    (stage.last ? head_chunk * vocab_rows * 4 : 0);
+  const bool full = c.memory.activation_checkpointing == layers::Checkpointing::full;
+  // Outside the blocks: the embedding's output (first stage), the stage's output awaiting its
+  // gradient (all but the last stage), the final norm's input and output (last stage), and one
+  // chunk of the fused head's logits.
+  const int64_t outside =
+      ((stage.first ? residual : 0) + (stage.last ? residual + h : residual)) * element;
+  const int64_t head_chunk = c.memory.head_chunk_tokens > 0 ? c.memory.head_chunk_tokens : tokens;
+  const int64_t vocab_rows = layers::padded_vocab_size(m.vocab_size, int(T)) / T;
+  const int64_t kept = full ? stage.layers * residual * element : stage.layers * block;
+  mem.activations = in_flight * tokens * (kept + outside) +
+                    (full ? tokens * (block - residual * element) : 0) +
+                    (stage.last ? std::min(head_chunk, tokens) * vocab_rows * element : 0);
   if (c.distill.enabled) {
     const layers::ModelConfig& t = c.distill.teacher;
     TrainConfig teacher_config = c;
