@@ -151,6 +151,26 @@ std::map<std::string, int64_t> plan_communication(const TrainConfig& c, const Pl
     }
     add("dp/all_reduce", kScalar * loss_values(c) + kScalar);  // loss sum, target count
   }
+  if (c.distill.enabled) {
+    // The teacher's forward, in the student's layout (an estimate: the tests check LM steps):
+    // per micro-batch its blocks' row-parallel exits, its embedding's and its head's entry,
+    // and its hidden state travelling the pipeline beside the student's.
+    const layers::ModelConfig& t = c.distill.teacher;
+    const int64_t teacher_act = tokens * t.hidden * activation_bytes(c);
+    const int64_t teacher_summed = tokens * t.hidden * std::max<int64_t>(activation_bytes(c), 4);
+    const int64_t layers_here = (t.layers + P - 1) / P;
+    if (T > 1 && !sequence)
+      add("tp/all_reduce", micro * (2 * layers_here + stage.first) * teacher_summed);
+    if (T > 1 && sequence) {
+      add("tp/all_gather", micro * (2 * layers_here + stage.last) * teacher_act);
+      add("tp/reduce_scatter", micro * (2 * layers_here + stage.first) * teacher_summed);
+    }
+    if (P > 1) {
+      const int64_t message = tokens / (sequence ? T : 1) * t.hidden * pipeline_bytes(c);
+      add("pp/send", micro * int64_t(!stage.last) * message);
+      add("pp/recv", micro * int64_t(!stage.first) * message);
+    }
+  }
   if (T * P * D > 1) add("world/all_reduce", 3 * kScalar);  // non-finite and stop flags
   return bytes;
 }
@@ -296,7 +316,7 @@ std::string plan_report(const TrainConfig& c, const ClusterShape& cluster) {
   }
   os << "memory per rank (stage " << worst_stage
      << ", the largest): " << format_bytes(worst.total()) << " of " << cluster.device.memory_gb
-     << " GB\n";
+     << " GB (" << int(cluster.device.usable_fraction * 100) << "% usable)\n";
   const std::vector<std::pair<const char*, int64_t>> categories = {
       {"weights", worst.weights},
       {"main weights", worst.main_weights},
