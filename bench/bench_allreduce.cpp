@@ -1,13 +1,15 @@
 // bench/bench_allreduce.cpp: the DP gradient sum's two ways on the ranks mpirun starts (all on
 // this node), per message size: an MPI_Iallreduce in place (what Communicator::all_reduce_async
 // posts) and the shared-memory sum (parallel/shared_reduction.h: copy in, sum, copy out).
-// Rank 0 prints GB/s of message bytes, the best of `repeats`.
-// Usage: mpirun -np 2 bench_allreduce [repeats=5]
+// Rank 0 prints GB/s of message bytes, the best of `repeats`. Given `elements`, only that size
+// (bench/slow_link.sh: a model's whole gradient).
+// Usage: mpirun -np 2 bench_allreduce [repeats=5] [elements]
 #include <mpi.h>
 #include <torch/torch.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
 
 #include "bench_args.h"
 #include "bench_mpi_main.h"
@@ -41,8 +43,10 @@ int run(int argc, char** argv, parallel::MpiRuntime& mpi) {
     std::printf("%d ranks; GB/s of message bytes (best of %d), fp32\n", comm.size(), repeats);
     std::printf("| message | MPI_Iallreduce | shared memory |\n|---|---|---|\n");
   }
-  for (int64_t elements :
-       {int64_t(1) << 18, int64_t(1) << 20, int64_t(1) << 22, int64_t(1) << 24}) {
+  std::vector<int64_t> sizes = {int64_t(1) << 18, int64_t(1) << 20, int64_t(1) << 22,
+                                int64_t(1) << 24};
+  if (argc > 2) sizes = {bench::count_argument(argc, argv, 2, "elements", 0)};
+  for (int64_t elements : sizes) {
     torch::Tensor data = torch::randn({elements});
     const double bytes = double(elements) * 4;
     const double mpi_s = best_seconds(repeats, [&] {

@@ -11,6 +11,7 @@
 #include "kernels/attention_kernels.h"
 #include "layers/functional.h"
 #include "layers/kernel_route.h"
+#include "parallel/background_progress.h"
 
 namespace retort::layers {
 namespace {
@@ -246,6 +247,7 @@ struct BlockedAttention : torch::autograd::Function<BlockedAttention> {
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    parallel::drive_background_progress();  // communication in flight moves on
     const auto saved = ctx->get_saved_variables();
     const torch::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3],
                         &lse = saved[4];

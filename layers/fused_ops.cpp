@@ -7,6 +7,7 @@
 #include "layers/accumulation_type.h"
 #include "layers/functional.h"
 #include "layers/kernel_route.h"
+#include "parallel/background_progress.h"
 
 namespace retort::layers {
 namespace {
@@ -79,6 +80,7 @@ struct RmsNorm : torch::autograd::Function<RmsNorm> {
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    parallel::drive_background_progress();  // communication in flight moves on
     const auto saved = ctx->get_saved_variables();
     const torch::Tensor &x = saved[0], &weight = saved[1], &inv = saved[2];
     const torch::Tensor dy = grads[0].contiguous();
@@ -161,6 +163,7 @@ struct SwiGluPacked : torch::autograd::Function<SwiGluPacked> {
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    parallel::drive_background_progress();  // communication in flight moves on
     const torch::Tensor gate_up = ctx->get_saved_variables()[0];
     const torch::Tensor dy = grads[0].contiguous();
     const int64_t n = gate_up.size(-1) / 2, rows = gate_up.numel() / (2 * n);
@@ -218,6 +221,7 @@ struct RopeInPlace : torch::autograd::Function<RopeInPlace> {
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    parallel::drive_background_progress();  // communication in flight moves on
     const auto saved = ctx->get_saved_variables();
     // The rotation is orthogonal: its backward rotates the gradient by minus the angle (the
     // heads left alone pass their gradient through).

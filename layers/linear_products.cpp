@@ -7,6 +7,7 @@
 #include "layers/compute_copy.h"
 #include "layers/grad_destinations.h"
 #include "layers/kernel_route.h"
+#include "parallel/background_progress.h"
 
 namespace retort::layers {
 namespace {
@@ -114,6 +115,7 @@ torch::autograd::variable_list LinearProduct::backward(torch::autograd::Autograd
   const torch::Tensor& dy = grads[0];
   torch::Tensor dx, dw;
   if (ctx->needs_input_grad(0)) dx = product_by(dy, used);
+  parallel::drive_background_progress();  // between the two products
   if (ctx->needs_input_grad(1)) {
     const torch::Tensor dy_t = dy.reshape({-1, dy.size(-1)}).t(), x2d = x.reshape({-1, x.size(-1)});
     dw = take_grad_destination(w);  // memory where the gradient is wanted, if offered

@@ -4,6 +4,7 @@
 #include "layers/compute_copy.h"
 #include "layers/grad_destinations.h"
 #include "layers/linear_products.h"
+#include "parallel/background_progress.h"
 
 namespace retort::layers {
 namespace {
@@ -90,6 +91,7 @@ struct PackedProduct : torch::autograd::Function<PackedProduct> {
     const std::vector<torch::Tensor> weights(saved.begin() + 2, saved.end());
     const torch::Tensor dy = grads[0];
     torch::Tensor dx = product_by(dy, saved[1].defined() ? saved[1] : stacked_rows(weights));
+    parallel::drive_background_progress();  // between the two products
     const int64_t in = x.size(-1), out = dy.size(-1);
     const torch::Tensor dy_t = dy.reshape({-1, out}).t(), x2d = x.reshape({-1, in});
     variable_list result{dx};

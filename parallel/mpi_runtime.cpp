@@ -11,10 +11,16 @@
 
 namespace retort::parallel {
 
+void set_mpi_defaults() {
+  setenv("OMPI_MCA_btl_tcp_progress_thread", "1", /*overwrite=*/0);
+  setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "3", /*overwrite=*/0);
+}
+
 MpiRuntime::MpiRuntime(int* argc, char*** argv) {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) {
+    set_mpi_defaults();
     int provided = 0;
     MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
     owns_mpi_ = true;

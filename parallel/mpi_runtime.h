@@ -6,6 +6,16 @@
 
 namespace retort::parallel {
 
+// Retort's OpenMPI settings, as environment defaults (a setting given outside wins); call
+// before MPI_Init. MpiRuntime does; so does any other main that initialises MPI.
+//  - The TCP transport between hosts moves bytes from a thread of its own, so a gradient
+//    bucket's all-reduce travels while backward computes, not only inside MPI calls.
+//  - Non-blocking all-reduces use Rabenseifner's algorithm (reduce-scatter, then all-gather)
+//    at every size: libnbc otherwise reduces then broadcasts below 4 ranks, which sends
+//    each message twice, as DP over two hosts does.
+// bench/slow_link.sh measures what both do for the overlap across a slow link.
+void set_mpi_defaults();
+
 class MpiRuntime {
  public:
   // Initialises MPI if nobody has yet; finalizes at destruction only if it initialised.

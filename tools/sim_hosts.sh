@@ -4,7 +4,7 @@
 # another node: TCP between hosts, shared memory only within one), joined to the others by
 # veth pairs on a bridge in the caller's namespace. Needs root and iproute2.
 #
-#   tools/sim_hosts.sh run HOSTS SLOTS -- COMMAND...
+#   tools/sim_hosts.sh run HOSTS SLOTS [--wire DELAY_MS RATE_MBIT] -- COMMAND...
 #       makes HOSTS hosts of SLOTS slots each, runs COMMAND with these in the environment:
 #         SIM_HOSTFILE   an OpenMPI hostfile naming them
 #         SIM_MPIRUN     an mpirun that launches into the namespaces and keeps MPI on
@@ -13,7 +13,10 @@
 #         SIM_NETNS      their namespaces, space-separated (for `ip netns exec`)
 #         SIM_SUBNET     the hosts' subnet (10.213.N.0/24, one no interface here uses)
 #         SIM_TAG        this run's tag (shape and kill below find its hosts by it)
-#       and removes everything it made when COMMAND ends, fails or is interrupted. Exits
+#       and removes everything it made when COMMAND ends, fails or is interrupted. With
+#       --wire, MPI's traffic between hosts crosses a slow link instead of the bridge: each
+#       packet waits DELAY_MS one way and each host sends at most RATE_MBIT (tools/
+#       sim_wire.cpp, in userspace: this kernel has no netem). Exits
 #       with COMMAND's status, or 77 (CTest's skip) with one line when namespaces cannot be
 #       made here.
 #   tools/sim_hosts.sh agent TAG HOST COMMAND...
@@ -73,6 +76,11 @@ cmd_shape() {
 cmd_run() {
   local hosts="$1" slots="$2"
   shift 2
+  wire_delay="" wire_rate=""
+  if [[ "${1:-}" == "--wire" ]]; then
+    wire_delay="$2" wire_rate="$3"
+    shift 3
+  fi
   [[ "${1:-}" == "--" ]] && shift
   (($# > 0)) || die "run HOSTS SLOTS -- COMMAND"
   if [[ $EUID -ne 0 ]] || ! command -v ip >/dev/null; then
@@ -87,6 +95,7 @@ cmd_run() {
   made_bridge="" names=() namespaces=()
   cleanup() {
     set +e
+    [[ -z "${wire_pid:-}" ]] || kill "$wire_pid" 2>/dev/null
     for ns in "${namespaces[@]}"; do
       local pids
       pids="$(ip netns pids "$ns" 2>/dev/null)"
@@ -134,6 +143,22 @@ cmd_run() {
     echo "$name $ns" >>"$dir/hosts"
     echo "$name slots=$slots" >>"$dir/hostfile"
   done
+  # The slow link: a TUN device in each host on a second subnet, joined by sim_wire, which
+  # delays and rate-limits what crosses it; MPI's TCP traffic between hosts goes there.
+  local mpi_subnet="$subnet.0/24"
+  if [[ -n "$wire_delay" ]]; then
+    local wire_bin="${SIM_WIRE:-$here/../${RETORT_BUILD:-build}/tools/sim_wire}"
+    [[ -x "$wire_bin" ]] || die "no sim_wire program at $wire_bin (build it, or set SIM_WIRE)"
+    local wire_subnet="10.214.${subnet##*.}"
+    for ((h = 0; h < hosts; ++h)); do
+      ip netns exec "${namespaces[h]}" ip tuntap add dev wire0 mode tun
+      ip netns exec "${namespaces[h]}" ip addr add "$wire_subnet.$((h + 1))/24" dev wire0
+      ip netns exec "${namespaces[h]}" ip link set wire0 mtu 65000 up
+    done
+    "$wire_bin" --delay-ms "$wire_delay" --rate-mbit "$wire_rate" "${namespaces[@]}" &
+    wire_pid=$!
+    mpi_subnet="$wire_subnet.0/24"
+  fi
   # The launcher reaches the hosts by name: the agent maps names to namespaces, and OpenMPI
   # needs no resolver for them since every address is given as a subnet below.
   export SIM_HOSTFILE="$dir/hostfile" SIM_HOSTS="${names[*]}" SIM_NETNS="${namespaces[*]}"
@@ -143,7 +168,7 @@ cmd_run() {
   cat >"$dir/mpirun" <<EOF_MPIRUN
 #!/bin/sh
 exec mpirun --hostfile $SIM_HOSTFILE --mca plm_rsh_agent "$here/sim_hosts.sh agent $tag" \\
-  --mca plm_rsh_no_tree_spawn 1 --mca btl self,vader,tcp --mca btl_tcp_if_include $SIM_SUBNET \\
+  --mca plm_rsh_no_tree_spawn 1 --mca btl self,vader,tcp --mca btl_tcp_if_include $mpi_subnet \\
   --mca oob_tcp_if_include $SIM_SUBNET -x OMP_NUM_THREADS "\$@"
 EOF_MPIRUN
   chmod +x "$dir/mpirun"

@@ -6,6 +6,7 @@
 #include "common/fault_injection.h"
 #include "engine/optim/flat_copy.h"
 #include "layers/grad_destinations.h"
+#include "parallel/background_progress.h"
 
 namespace retort::engine {
 namespace {
@@ -114,6 +115,7 @@ GradientSync::GradientSync(layers::ParameterStore& store, parallel::Mesh& mesh,
 }
 
 GradientSync::~GradientSync() {
+  if (armed_) parallel::set_background_progress(nullptr);
   withdraw_gradient_memory();  // the offers point into the region freed with shared_
 }
 
@@ -143,6 +145,21 @@ void GradientSync::withdraw_gradient_memory() {
     for (size_t k : bucket.params) layers::withdraw_grad_destination(store_.all()[k].value);
 }
 
+void GradientSync::arm() {
+  armed_ = true;
+  finished_early_ = completed_early_ = 0;
+  parallel::set_background_progress([this] {
+    if (on_progress_) on_progress_();
+    progress_launched();
+  });
+}
+
+void GradientSync::progress_launched() {
+  if (shared_) shared_->progress();
+  for (Bucket& b : buckets_)
+    if (b.launched && b.handle.pending()) b.handle.test();
+}
+
 void GradientSync::on_grad_ready(size_t param) {
   if (!armed_) return;
   if (on_progress_) on_progress_();
@@ -158,9 +175,7 @@ void GradientSync::on_grad_ready(size_t param) {
   }
   // Give MPI (or the shared-memory sum) a chance to progress earlier buckets while backward
   // continues.
-  if (shared_) shared_->progress();
-  for (Bucket& b : buckets_)
-    if (b.launched && b.handle.pending()) b.handle.test();
+  progress_launched();
   if (!options_.complete_in_backward) return;
   for (Bucket& b : buckets_)
     if (b.launched && !b.completed && reduced(b)) {
@@ -267,6 +282,7 @@ void GradientSync::finish() {
     for (size_t k : options_.streamed) on_streamed_ready_(k);
   withdraw_gradient_memory();
   armed_ = false;
+  parallel::set_background_progress(nullptr);
 }
 
 }  // namespace retort::engine

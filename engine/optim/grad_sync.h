@@ -70,10 +70,9 @@ class GradientSync {
   ~GradientSync();
 
   // The next backward is the step's last: finish buckets as their gradients become final.
-  void arm() {
-    armed_ = true;
-    finished_early_ = completed_early_ = 0;
-  }
+  // While armed, the layers' backward functions also drive the launched buckets' communication
+  // between their products (parallel/background_progress.h).
+  void arm();
   // Finishes every bucket not finished yet and waits for all communication; withdraws the
   // offers nothing took.
   void finish();
@@ -124,6 +123,9 @@ class GradientSync {
     parallel::Handle handle;
   };
   void on_grad_ready(size_t param);
+  // Lets launched communication move on without waiting (the shared-memory sum, MPI, the head
+  // stepper's blocks).
+  void progress_launched();
   // Steps 1 and 2, then launches step 3 of the ordering rule.
   void launch(Bucket& bucket);
   // Waits for step 3 and writes the results back over .grad().

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# bench/slow_link.sh: how much of the DP gradient sum overlap hides across a slow link. Two
+# simulated hosts (tools/sim_hosts.sh, one rank each) joined by a link of DELAY_MS one way
+# and RATE_MBIT per host (tools/sim_wire.cpp) run the bench model (hidden 512, 8 layers,
+# vocab 32000 tied, sequence 256, micro-batch 4) in DP2 with engine_train, alternating:
+#   overlapped:   the gradients in 4 MB buckets, each reduced as soon as backward fills it;
+#   unoverlapped: one bucket of everything, reduced after backward (parallel.dp_bucket_mb
+#                 larger than the model), so its whole all-reduce shows.
+# Each run's exposed communication per step (the time blocked in communication, metrics'
+# exposed_comm_s) is the median over its steps after the first; the table gives the medians
+# over rounds, their spread, and the share of the all-reduce that overlap hides. The
+# unoverlapped run still streams the tied head's reduction during backward, so the reference
+# for that share is the all-reduce of the whole gradient alone on the link (bench_allreduce,
+# best of 3), measured in the same session.
+# Usage: bench/slow_link.sh [rounds=3] [steps=6] [delay_ms=1] [rate_mbit=1000]   (as root)
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+rounds=${1:-3} steps=${2:-6} delay=${3:-1} rate=${4:-1000}
+build="$root/${RETORT_BUILD:-build}"
+corpus="$build/test_data/sotu_bytes"
+[ -f "$corpus.idx" ] || "$build/tools/engine_prepare_data" -o "$corpus" "$root/examples/data/sotu" >/dev/null
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cat >"$work/rounds.sh" <<INNER
+set -euo pipefail
+for round in \$(seq $rounds); do
+  for mode in overlapped unoverlapped; do
+    bucket=4; [ \$mode = unoverlapped ] && bucket=100000
+    \$SIM_MPIRUN -np 2 "$build/tools/engine_train" "$root/configs/tiny.yaml" \
+      data.paths=[$corpus] model.vocab_size=32000 model.hidden=512 model.layers=8 \
+      model.heads=8 model.kv_heads=4 model.ffn_hidden=1376 model.tied_embeddings=true \
+      data.seq_len=256 training.micro_batch=4 training.global_batch=8 training.steps=$steps \
+      training.log_every=1 training.eval_every=0 runtime.threads=1 checkpoint.save_at_end=false \
+      parallel.dp_bucket_mb=\$bucket run.dir="$work/\$mode.\$round" >"$work/\$mode.\$round.log" 2>&1
+  done
+done
+INNER
+model=(model.vocab_size=32000 model.hidden=512 model.layers=8 model.heads=8 model.kv_heads=4
+       model.ffn_hidden=1376 model.tied_embeddings=true)
+elements=$("$build/tools/engine_train" "$root/configs/tiny.yaml" "${model[@]}" --dry-run |
+           awk '/^parameters:/ { print $2 }')
+echo "\$SIM_MPIRUN -np 2 $build/bench/bench_allreduce 3 $elements > $work/allreduce.txt" >>"$work/rounds.sh"
+"$root/tools/sim_hosts.sh" run 2 1 --wire "$delay" "$rate" -- bash "$work/rounds.sh"
+grep -h "dp gradient sum" "$work"/overlapped.1.log || true
+"$root/tools/python" - "$work" "$rounds" "$delay" "$rate" "$elements" <<'PY'
+import json, re, statistics, sys
+work, rounds, delay, rate, elements = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5])
+row = [l for l in open(f"{work}/allreduce.txt") if l.startswith("| ") and "MB" in l][0]
+alone = elements * 4 / (float(row.split("|")[2]) * 1e9)  # seconds
+def run(mode, r):
+    records = [json.loads(l) for l in open(f"{work}/{mode}.{r}/metrics.jsonl")]
+    steps = [x for x in records if x.get("step", 0) > 1 and "exposed_comm_s" in x]
+    return (statistics.median(x["exposed_comm_s"] for x in steps),
+            statistics.median(8 * 256 / x["tokens_per_s"] for x in steps))
+over = [run("overlapped", r) for r in range(1, rounds + 1)]
+full = [run("unoverlapped", r) for r in range(1, rounds + 1)]
+hidden = [1 - o[0] / alone for o in over]
+med = statistics.median
+print(f"| DP2 across 2 hosts, {delay} ms one way, {rate} Mbit/s | median | spread |")
+print("|---|---|---|")
+print(f"| exposed communication per step, overlapped | {med(o[0] for o in over):.3f} s | "
+      f"{min(o[0] for o in over):.3f}-{max(o[0] for o in over):.3f} |")
+print(f"| exposed communication per step, unoverlapped (one bucket after backward) | "
+      f"{med(u[0] for u in full):.3f} s | {min(u[0] for u in full):.3f}-{max(u[0] for u in full):.3f} |")
+print(f"| the whole gradient's all-reduce alone ({elements * 4 / 1e6:.0f} MB, best of 3) | "
+      f"{alone:.3f} s | |")
+print(f"| share of it hidden by overlap | {med(hidden):.1%} | "
+      f"{min(hidden):.1%}-{max(hidden):.1%} |")
+print(f"| step time, overlapped / unoverlapped | {med(o[1] for o in over):.2f} / "
+      f"{med(u[1] for u in full):.2f} s | |")
+PY
