@@ -12,7 +12,7 @@
 #         SIM_HOSTS      the hosts' names, space-separated
 #         SIM_NETNS      their namespaces, space-separated (for `ip netns exec`)
 #         SIM_SUBNET     the hosts' subnet (10.213.N.0/24, one no interface here uses)
-#         SIM_TAG        this run's tag (shape and kill below find its hosts by it)
+#         SIM_TAG        this run's tag (kill below finds its hosts by it)
 #       and removes everything it made when COMMAND ends, fails or is interrupted. With
 #       --wire, MPI's traffic between hosts crosses a slow link instead of the bridge: each
 #       packet waits DELAY_MS one way and each host sends at most RATE_MBIT (tools/
@@ -22,11 +22,7 @@
 #   tools/sim_hosts.sh agent TAG HOST COMMAND...
 #       the launcher agent OpenMPI calls instead of ssh (plm_rsh_agent): runs COMMAND in
 #       the namespace of run TAG's HOST, under HOST's hostname.
-#   tools/sim_hosts.sh shape HOST delay_ms rate_mbit       (inside a run, as the two below)
-#       caps the bandwidth of HOST's link (both directions) with a token bucket; this kernel
-#       has no netem, so a delay other than 0 is refused with one line (see
-#       docs/architecture.md, "Simulated hosts").
-#   tools/sim_hosts.sh kill HOST
+#   tools/sim_hosts.sh kill HOST      (inside a run)
 #       kills every process in HOST's namespace (a dead host).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -57,20 +53,6 @@ cmd_kill() {
   local pids
   pids="$(ip netns pids "$ns" || true)"
   [[ -z "$pids" ]] || kill -9 $pids 2>/dev/null || true
-}
-
-cmd_shape() {
-  local host="$1" delay="$2" rate="$3" ns
-  ns="$(netns_of "${SIM_TAG:?shape runs inside a run}" "$host")"
-  [[ "$delay" == 0 ]] || die "a delay needs the netem queue, which this kernel lacks" \
-    "(CONFIG_NET_SCH_NETEM is not set); only a bandwidth cap can be set here"
-  # Outgoing on the host's side of the pair, incoming on the bridge's side: both directions.
-  local burst=$((rate * 1000 / 8 / 100))  # 10 ms worth of bytes
-  ((burst >= 16384)) || burst=16384
-  ip netns exec "$ns" tc qdisc replace dev eth0 root tbf rate "${rate}mbit" burst "$burst" \
-    latency 50ms
-  tc qdisc replace dev "$(cat "$state_root/$ns.peer")" root tbf rate "${rate}mbit" \
-    burst "$burst" latency 50ms
 }
 
 cmd_run() {
@@ -182,7 +164,6 @@ EOF_MPIRUN
 case "${1:-}" in
   run) shift && cmd_run "$@" ;;
   agent) shift && cmd_agent "$@" ;;
-  shape) shift && cmd_shape "$@" ;;
   kill) shift && cmd_kill "$@" ;;
-  *) die "usage: sim_hosts.sh run|agent|shape|kill ... (see the header)" ;;
+  *) die "usage: sim_hosts.sh run|agent|kill ... (see the header)" ;;
 esac
