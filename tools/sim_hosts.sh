@@ -146,12 +146,13 @@ cmd_run() {
   export SIM_HOSTFILE="$dir/hostfile" SIM_HOSTS="${names[*]}" SIM_NETNS="${namespaces[*]}"
   export SIM_SUBNET="$subnet.0/24" SIM_TAG="$tag"
   # mpirun with the options that launch into the namespaces and keep MPI (its launch
-  # channel and its TCP transport) on this subnet.
+  # channel and its TCP transport) on this subnet. No binding: each host's daemon thinks the
+  # machine's cores are its own, and would bind every host's first rank to core 0.
   cat >"$dir/mpirun" <<EOF_MPIRUN
 #!/bin/sh
 exec mpirun --hostfile $SIM_HOSTFILE --mca plm_rsh_agent "$here/sim_hosts.sh agent $tag" \\
   --mca plm_rsh_no_tree_spawn 1 --mca btl self,vader,tcp --mca btl_tcp_if_include $mpi_subnet \\
-  --mca oob_tcp_if_include $SIM_SUBNET -x OMP_NUM_THREADS "\$@"
+  --mca oob_tcp_if_include $SIM_SUBNET --bind-to none -x OMP_NUM_THREADS "\$@"
 EOF_MPIRUN
   chmod +x "$dir/mpirun"
   export SIM_MPIRUN="$dir/mpirun"
