@@ -326,6 +326,9 @@ std::string plan_report(const TrainConfig& c, const ClusterShape& cluster) {
       {"teacher", worst.teacher}};
   for (const auto& [name, n] : categories)
     if (n > 0) os << "  " << name << ": " << format_bytes(n) << "\n";
+  if (c.runtime.kernels == KernelChoice::aten)
+    os << "  (saved activations are modelled on Retort's own kernels; runtime.kernels=aten "
+          "keeps more for backward)\n";
   os << "communication per step (rank 0; bytes as the communicators count them):\n";
   for (const auto& [key, n] : plan_communication(c, PlanRank{}, cluster.gpus_per_node)) {
     const std::string group = key.substr(0, key.find('/'));

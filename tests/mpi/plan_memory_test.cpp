@@ -11,12 +11,16 @@
 #include "engine/observe/memory_tracker.h"
 #include "engine/plan/plan.h"
 #include "engine/train/trainer.h"
+#include "kernels/dispatch.h"
 #include "trainer_test_support.h"
 
 using namespace retort;
 using namespace retort::engine;
 
 TEST(PlanMemory, PredictedActivationsAndPeakAreWithinTenPercentOfTheTracker) {
+  if (kernels::kernel_mode_for(kernels::KernelMode::automatic) == kernels::KernelMode::aten)
+    GTEST_SKIP() << "the planner models what Retort's own kernels keep for backward; "
+                    "RETORT_KERNELS=aten routes every operation to ATen, which keeps more";
   MemoryTracker& tracker = MemoryTracker::install();
   const bool one_rank = retort::test::world_size() == 1;
   std::vector<std::vector<std::string>> layouts = {{}};
@@ -66,8 +70,9 @@ TEST(PlanMemory, PredictedActivationsAndPeakAreWithinTenPercentOfTheTracker) {
             (long long)peak_split.of(MemoryCategory::other));
         EXPECT_NEAR(double(planned.activations), measured_activations, 0.1 * measured_activations)
             << parallel::describe(config.layout) << " " << dtype << " " << mode;
-        if (one_rank)
+        if (one_rank) {
           EXPECT_NEAR(double(planned.total()), double(peak), 0.1 * double(peak))
               << parallel::describe(config.layout) << " " << dtype << " " << mode;
+        }
       }
 }
