@@ -94,9 +94,10 @@ cmd_run() {
   # One run at a time picks a subnet no other interface here uses, and claims it.
   exec 9>"$state_root/lock"
   flock 9
-  local octet
+  local octet addresses
+  addresses="$(ip -4 addr show)"  # read once (and no grep -q in a pipe under pipefail)
   for octet in $(seq 20 250) none; do
-    ip -4 addr show | grep -q "inet 10\.213\.$octet\." || break
+    [[ "$addresses" == *"inet 10.213.$octet."* ]] || break
   done
   [[ "$octet" != none ]] || die "every subnet 10.213.20-250.0/24 is taken"
   subnet="10.213.$octet"
