@@ -9,11 +9,14 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <deque>
 #include <set>
+
+#include "parallel/host_names.h"
 
 namespace retort::parallel {
 namespace {
@@ -24,7 +27,8 @@ constexpr int kAnswerBytes = 200;
 MPI_Comm liveness = MPI_COMM_NULL;
 double timeout_seconds = 0;
 int my_rank = 0;
-std::deque<std::string> sent_answers;  // buffers of answers in flight (MPI reads them late)
+std::deque<std::string> sent_answers;   // buffers of answers in flight (MPI reads them late)
+std::vector<std::string> host_of_rank;  // per world rank, MPI's processor name
 
 // World ranks of the members of `group`.
 std::vector<int> world_ranks_of(MPI_Comm group) {
@@ -81,16 +85,33 @@ void collect_answers(std::vector<std::pair<int, std::string>>& answers) {
   }
 }
 
+// "2, 3 on host1; 5 on host2": ranks grouped by host, hosts in order of first appearance.
+std::string ranks_with_hosts(const std::vector<int>& ranks) {
+  std::vector<std::pair<std::string, std::string>> by_host;  // host, its ranks
+  for (int r : ranks) {
+    const std::string host = size_t(r) < host_of_rank.size() ? host_of_rank[r] : "?";
+    auto it = std::find_if(by_host.begin(), by_host.end(),
+                           [&](const auto& entry) { return entry.first == host; });
+    if (it == by_host.end()) it = by_host.insert(by_host.end(), {host, ""});
+    it->second += (it->second.empty() ? "" : ", ") + std::to_string(r);
+  }
+  std::string text;
+  for (const auto& [host, list] : by_host)
+    text += (text.empty() ? "" : "; ") + list + " on " + host;
+  return text;
+}
+
 [[noreturn]] void report_and_abort(const WaitLabel& label, const std::vector<int>& members,
                                    const std::vector<std::pair<int, std::string>>& answers) {
   std::set<int> answered;
   for (const auto& a : answers) answered.insert(a.first);
-  std::string silent, ranks;
+  std::string ranks;
+  std::vector<int> silent_ranks;
   for (int r : members) {
     ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
-    if (r != my_rank && !answered.count(r))
-      silent += (silent.empty() ? "" : ", ") + std::to_string(r);
+    if (r != my_rank && !answered.count(r)) silent_ranks.push_back(r);
   }
+  const std::string silent = ranks_with_hosts(silent_ranks);
   std::fprintf(stderr,
                "retort: rank %d: %s on group '%s' (world ranks %s) did not complete within "
                "runtime.collective_timeout_s=%g s. %s\n",
@@ -114,6 +135,7 @@ void init_collective_watchdog() {
   if (liveness != MPI_COMM_NULL) return;
   MPI_Comm_rank(MPI_COMM_WORLD, &my_rank);
   MPI_Comm_dup(MPI_COMM_WORLD, &liveness);
+  host_of_rank = gather_host_names(MPI_COMM_WORLD);  // a report names where silent ranks ran
 }
 
 void set_collective_timeout(double seconds) {

@@ -5,6 +5,8 @@
 #include <set>
 #include <sstream>
 
+#include "parallel/host_names.h"
+
 namespace retort::parallel {
 
 MeshCoordinates coordinates_of(int rank, const Layout& layout) {
@@ -102,17 +104,7 @@ int Mesh::local_rank() const {
 std::vector<std::string> Mesh::choose_transports(TransportChoice choice, int gpu) {
   RankPlace here{0, gpu};
   host_names_.assign(1, "localhost");
-  if (world_->mpi() != MPI_COMM_NULL) {
-    char name[MPI_MAX_PROCESSOR_NAME + 1] = {};
-    int length = 0;
-    MPI_Get_processor_name(name, &length);
-    std::vector<char> names(size_t(world_->size()) * (MPI_MAX_PROCESSOR_NAME + 1));
-    MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME + 1, MPI_CHAR, names.data(),
-                  MPI_MAX_PROCESSOR_NAME + 1, MPI_CHAR, world_->mpi());
-    host_names_.clear();
-    for (int r = 0; r < world_->size(); ++r)
-      host_names_.emplace_back(names.data() + size_t(r) * (MPI_MAX_PROCESSOR_NAME + 1));
-  }
+  if (world_->mpi() != MPI_COMM_NULL) host_names_ = gather_host_names(world_->mpi());
   if (world_->mpi() != MPI_COMM_NULL) {  // the host: the lowest world rank sharing its memory
     MPI_Comm node;
     MPI_Comm_split_type(world_->mpi(), MPI_COMM_TYPE_SHARED, world_rank_, MPI_INFO_NULL, &node);
