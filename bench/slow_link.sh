@@ -4,6 +4,8 @@
 # and RATE_MBIT per host (tools/sim_wire.cpp) run the bench model (hidden 512, 8 layers,
 # vocab 32000 tied, sequence 256, micro-batch 4) in DP2 with engine_train, alternating:
 #   overlapped:   the gradients in 4 MB buckets, each reduced as soon as backward fills it;
+#   head blocks:  the same with parallel.dp_head_blocks (the tied head's gradient formed in
+#                 backward, each block of rows reduced as it forms);
 #   unoverlapped: one bucket of everything, reduced after backward (parallel.dp_bucket_mb
 #                 larger than the model), so its whole all-reduce shows.
 # Each run's exposed communication per step (the time blocked in communication, metrics'
@@ -25,14 +27,16 @@ trap 'rm -rf "$work"' EXIT
 cat >"$work/rounds.sh" <<INNER
 set -euo pipefail
 for round in \$(seq $rounds); do
-  for mode in overlapped unoverlapped; do
-    bucket=4; [ \$mode = unoverlapped ] && bucket=100000
+  for mode in overlapped blocks unoverlapped; do
+    bucket=4 blocks=false
+    [ \$mode = unoverlapped ] && bucket=100000
+    [ \$mode = blocks ] && blocks=true
     \$SIM_MPIRUN -np 2 "$build/tools/engine_train" "$root/configs/tiny.yaml" \
       data.paths=[$corpus] model.vocab_size=32000 model.hidden=512 model.layers=8 \
       model.heads=8 model.kv_heads=4 model.ffn_hidden=1376 model.tied_embeddings=true \
       data.seq_len=256 training.micro_batch=4 training.global_batch=8 training.steps=$steps \
       training.log_every=1 training.eval_every=0 runtime.threads=1 checkpoint.save_at_end=false \
-      parallel.dp_bucket_mb=\$bucket run.dir="$work/\$mode.\$round" >"$work/\$mode.\$round.log" 2>&1
+      parallel.dp_bucket_mb=\$bucket parallel.dp_head_blocks=\$blocks run.dir="$work/\$mode.\$round" >"$work/\$mode.\$round.log" 2>&1
   done
 done
 INNER
@@ -54,19 +58,25 @@ def run(mode, r):
     return (statistics.median(x["exposed_comm_s"] for x in steps),
             statistics.median(8 * 256 / x["tokens_per_s"] for x in steps))
 over = [run("overlapped", r) for r in range(1, rounds + 1)]
+blocks = [run("blocks", r) for r in range(1, rounds + 1)]
 full = [run("unoverlapped", r) for r in range(1, rounds + 1)]
 hidden = [1 - o[0] / alone for o in over]
+hidden_blocks = [1 - b[0] / alone for b in blocks]
 med = statistics.median
 print(f"| DP2 across 2 hosts, {delay} ms one way, {rate} Mbit/s | median | spread |")
 print("|---|---|---|")
 print(f"| exposed communication per step, overlapped | {med(o[0] for o in over):.3f} s | "
       f"{min(o[0] for o in over):.3f}-{max(o[0] for o in over):.3f} |")
+print(f"| exposed communication per step, overlapped, head in blocks | "
+      f"{med(b[0] for b in blocks):.3f} s | {min(b[0] for b in blocks):.3f}-{max(b[0] for b in blocks):.3f} |")
 print(f"| exposed communication per step, unoverlapped (one bucket after backward) | "
       f"{med(u[0] for u in full):.3f} s | {min(u[0] for u in full):.3f}-{max(u[0] for u in full):.3f} |")
 print(f"| the whole gradient's all-reduce alone ({elements * 4 / 1e6:.0f} MB, best of 3) | "
       f"{alone:.3f} s | |")
 print(f"| share of it hidden by overlap | {med(hidden):.1%} | "
       f"{min(hidden):.1%}-{max(hidden):.1%} |")
-print(f"| step time, overlapped / unoverlapped | {med(o[1] for o in over):.2f} / "
-      f"{med(u[1] for u in full):.2f} s | |")
+print(f"| share of it hidden, head in blocks | {med(hidden_blocks):.1%} | "
+      f"{min(hidden_blocks):.1%}-{max(hidden_blocks):.1%} |")
+print(f"| step time, overlapped / head in blocks / unoverlapped | {med(o[1] for o in over):.2f} / "
+      f"{med(b[1] for b in blocks):.2f} / {med(u[1] for u in full):.2f} s | |")
 PY

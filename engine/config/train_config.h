@@ -97,6 +97,10 @@ struct DistillSettings {
       "shard the residual stream along the sequence over TP")                               \
   KEY(double, dp_bucket_mb, "parallel.dp_bucket_mb", 4, 0.001, 1e5,                         \
       "data-parallel gradient bucket size (MB); a full bucket is reduced during backward")  \
+  KEY(bool, dp_head_blocks, "parallel.dp_head_blocks", false, 0, 0,                         \
+      "form the LM head's weight gradient in backward, block of vocabulary rows by block, "  \
+      "and start each block's DP sum at once (the head's logits are formed twice): more of " \
+      "the sum hides behind backward where the DP link is slow")                           \
   KEY(bool, dp_shared_memory, "parallel.dp_shared_memory", true, 0, 0,                      \
       "sum data-parallel gradients through shared memory when all DP ranks share a node "   \
       "(not under ZeRO-1); false = MPI all-reduce")                                         \

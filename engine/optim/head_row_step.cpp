@@ -11,7 +11,8 @@ HeadRowStepper::HeadRowStepper(layers::ParameterStore& store, AdamW* optimizer,
   const torch::Tensor& weight = store_.all()[options_.index].value;
   // Reduce-only and summed on every rank: the whole gradient through shared memory when
   // every DP rank runs on this node.
-  if (!optimizer_ && options_.owner < 0 && options_.shared_memory && weight.device().is_cpu())
+  if (!optimizer_ && !options_.reduce_in_blocks && options_.owner < 0 && options_.shared_memory &&
+      weight.device().is_cpu())
     shared_ = parallel::SharedReduction::create(dp_, {{weight.numel(), weight.scalar_type()}});
 }
 
@@ -21,7 +22,7 @@ void HeadRowStepper::begin_step(const std::vector<torch::Tensor>& tokens, double
   torch::NoGradGuard no_grad;
   lr_ = lr;
   square_ = 0;
-  rows_streamed_ = 0;
+  rows_streamed_ = blocks_reduced_ = 0;
   pending_ = true;
   delivered_ = false;
   blocks_.clear();
@@ -154,6 +155,7 @@ void HeadRowStepper::launch_block(int64_t row_begin, const torch::Tensor& grad) 
     block.handle = dp_.reduce_scatter_v_async(block.sent, block.result, counts);
   }
   blocks_.push_back(std::move(block));
+  ++blocks_reduced_;
 }
 
 void HeadRowStepper::progress() {

@@ -15,7 +15,10 @@
 // DP reduction, rows kept aside excepted, runs non-blocking while the rest of backward does;
 // complete() reduces the kept rows as above and leaves the whole reduced gradient in .grad()
 // (on the owner under ZeRO-1) for the usual clip and step. The additions are those of the
-// stepping form, so the two modes give bitwise the same gradient. Without this the
+// stepping form, so the two modes give bitwise the same gradient. With reduce_in_blocks the
+// reduce-only form takes the blocks as the stepping form does (the head forms its logits again
+// in backward) and starts each block's sum as it arrives: the sum then overlaps the head's own
+// backward as well as the rest, which pays where the DP link is slow. Without this the
 // tied weight's gradient, the largest of the model, would be final only at the very end of
 // backward and its whole reduction would wait on the critical path.
 #pragma once
@@ -37,6 +40,9 @@ struct HeadRowStepOptions {
   int owner = -1;                    // ZeRO-1: the DP rank that steps the weight; -1 = every rank
   int64_t block_elements = 1 << 21;  // rows per block: this many elements, at most an 8th
   bool shared_memory = true;         // reduce-only DP sum through shared memory when it can
+  // Reduce-only: take the gradient in blocks formed in backward, each block's DP sum (over
+  // MPI) started as it arrives, instead of whole as soon as backward begins.
+  bool reduce_in_blocks = false;
 };
 
 class HeadRowStepper : public layers::HeadGradSink {
@@ -50,8 +56,9 @@ class HeadRowStepper : public layers::HeadGradSink {
   // step's learning rate.
   void begin_step(const std::vector<torch::Tensor>& tokens, double lr);
   int64_t block_rows(int64_t rows) const override;
-  // Reduce-only takes the gradient whole (formed in forward, no second pass over the logits).
-  bool streams() const override { return optimizer_ != nullptr; }
+  // Reduce-only takes the gradient whole (formed in forward, no second pass over the logits),
+  // unless reduce_in_blocks.
+  bool streams() const override { return optimizer_ != nullptr || options_.reduce_in_blocks; }
   void take_rows(int64_t row_begin, torch::Tensor grad) override;
   // Reduce-only through shared memory: this rank's region of the sum, so the head forms the
   // gradient where the sum reads it (no copy at take_rows).
@@ -71,6 +78,8 @@ class HeadRowStepper : public layers::HeadGradSink {
   // Rows stepped from blocks and rows kept for complete() in the last step (for tests).
   int64_t rows_streamed() const { return rows_streamed_; }
   int64_t rows_kept() const { return touched_.numel(); }
+  // Reduce-only: DP sums launched for the head's blocks in the last step.
+  int64_t blocks_reduced() const { return blocks_reduced_; }
 
  private:
   bool owns() const { return options_.owner < 0 || options_.owner == dp_.rank(); }
@@ -97,7 +106,7 @@ class HeadRowStepper : public layers::HeadGradSink {
   double lr_ = 0, square_ = 0;
   bool pending_ = false;    // begun, not completed
   bool delivered_ = false;  // the head delivered blocks this step
-  int64_t rows_streamed_ = 0;
+  int64_t rows_streamed_ = 0, blocks_reduced_ = 0;
   torch::Tensor touched_;             // sorted local rows the lookup reaches (int64)
   torch::Tensor position_;            // per local row: its place in touched_, or -1
   torch::Tensor kept_;                // [touched, h]: the head's gradient of those rows

@@ -162,6 +162,7 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
     options.vocab_start = tp_.rank() * store_->all()[options.index].value.size(0);
     options.owner = sync_->zero() ? sync_->zero()->owner(options.index) : -1;
     options.shared_memory = config_.parallel.dp_shared_memory && device_.is_cpu();
+    options.reduce_in_blocks = config_.parallel.dp_head_blocks;
     // Stepping inside backward, or (reduce-only) only reducing it in blocks over DP.
     AdamW* stepping = config_.optimizer.in_backward ? optimizer_.get() : nullptr;
     head_stepper_ = std::make_unique<HeadRowStepper>(*store_, stepping, mesh_.dp(), options);
@@ -402,11 +403,13 @@ int64_t Trainer::streamed_head_index() {
   const layers::ModelStage& stage = model_->stage();
   // The fused heads stream their weight's gradient; a tied copy on the last pipeline stage is
   // final only after the first stage's sum, so it steps whole at finish(). Without
-  // optimizer-in-backward only a weight tied on this stage under DP streams (to be reduced
-  // in blocks while backward runs); an untied head's bucket is final early anyway.
+  // optimizer-in-backward the weight goes to the stepper only to be reduced over DP while
+  // backward runs: when tied on this stage (else its sum would wait for the lookup at the end
+  // of backward), or with parallel.dp_head_blocks (in blocks); an untied head's bucket is
+  // otherwise final early anyway.
   if (!stage.head || (config_.model.tied_embeddings && !stage.embedding)) return -1;
-  if (!config_.optimizer.in_backward && !(config_.model.tied_embeddings && mesh_.dp().size() > 1))
-    return -1;
+  const bool reduce_apart = config_.model.tied_embeddings || config_.parallel.dp_head_blocks;
+  if (!config_.optimizer.in_backward && !(reduce_apart && mesh_.dp().size() > 1)) return -1;
   const std::vector<layers::Parameter>& all = store_->all();
   for (size_t k = 0; k < all.size(); ++k)
     if (all[k].value.is_same(model_->head_weight())) return all[k].spec.frozen() ? -1 : int64_t(k);

@@ -113,6 +113,33 @@ TEST(TrainerMpi, TiedHeadGradientIsFormedInSharedMemory) {
   EXPECT_EQ(trainer.gradient_sync().shared_bytes_copied_in(), 2 * norms);
 }
 
+// parallel.dp_head_blocks: the tied head's gradient reaches the DP sum in its blocks (one
+// reduction each, started as backward forms it) instead of whole, and training is the same.
+TEST(TrainerMpi, HeadGradientReducedInBlocksTrainsAsWhole) {
+  if (world_size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  std::vector<torch::Tensor> by_mode[2];
+  for (bool blocks : {false, true}) {
+    TrainConfig config =
+        small({"parallel.data=4", "training.micro_batch=1", "model.tied_embeddings=true",
+               "parallel.dp_shared_memory=false",
+               std::string("parallel.dp_head_blocks=") + (blocks ? "true" : "false")});
+    parallel::Mesh mesh(config.layout);
+    Trainer trainer(config, nullptr, mesh);
+    for (int step = 0; step < 2; ++step) trainer.train_step();
+    const HeadRowStepper* head = trainer.head_stepper();
+    ASSERT_NE(head, nullptr);
+    const int64_t rows = trainer.parameters().all()[head->index()].value.size(0);
+    const int64_t per_block = head->block_rows(rows);
+    ASSERT_GT(rows, per_block);
+    EXPECT_EQ(head->blocks_reduced(), blocks ? (rows + per_block - 1) / per_block : 1)
+        << "blocks " << blocks;
+    for (const auto& p : trainer.parameters().all()) by_mode[blocks].push_back(p.value.clone());
+  }
+  for (size_t i = 0; i < by_mode[0].size(); ++i)
+    EXPECT_TRUE(torch::allclose(by_mode[1][i], by_mode[0][i], 1e-6, 1e-7))
+        << "parameter " << i << " after 2 steps: head in blocks against whole";
+}
+
 TEST(TrainerMpi, CheckpointReshardsAcrossLayouts) {
   if (world_size() != 4) GTEST_SKIP() << "needs 4 ranks";
   const std::string dir = retort::testing::shared_scratch_dir("reshard");
