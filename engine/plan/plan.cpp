@@ -252,10 +252,24 @@ PlanTime plan_time(const TrainConfig& c, const ClusterShape& cluster) {
     recompute = (student - c.model.training_flops_per_token(1)) / 3;
   const double teacher =
       c.distill.enabled ? c.distill.teacher.training_flops_per_token(seq) / 3 : 0;  // forward
+  // The LM head's three products (logits, d/dx, d/dW). The fused head forms all three in
+  // forward; when its weight's gradient streams in blocks (optimizer-in-backward, or
+  // parallel.dp_head_blocks under DP) backward forms the logits again and then d/dW.
+  const double head = 6.0 * double(c.model.vocab_size) * double(c.model.hidden);
+  const bool fused_head = c.memory.head_chunk_tokens > 0;
+  const bool head_streams =
+      fused_head && (c.optimizer.in_backward || (c.parallel.dp_head_blocks && D > 1));
+  const double head_again = head_streams ? head / 3 : 0;
+  // Backward's share, the window the DP buckets travel in: the blocks' two thirds and their
+  // recomputation, and the head's part that runs there.
+  const double head_backward = !fused_head ? head * 2 / 3 : head_streams ? head * 2 / 3 : 0;
+  const double backward = (student - head) * 2 / 3 + recompute + head_backward;
   const double tokens_per_rank = double(c.training.global_batch * seq) / double(D);
   const double rate = cluster.device.tflops * 1e12 * cluster.device.efficiency;
-  t.compute_s = (student + recompute + teacher) * tokens_per_rank / double(T * P) / rate;
+  const double seconds_per_flop_per_token = tokens_per_rank / double(T * P) / rate;
+  t.compute_s = (student + recompute + head_again + teacher) * seconds_per_flop_per_token;
   const int64_t micro = c.accumulation_steps();
+  t.backward_window_s = backward * seconds_per_flop_per_token / double(micro);
   if (P > 1) t.bubble_s = t.compute_s * double(P - 1) / double(micro);
   // Seconds on the wire per rank, by group: ring algorithms move 2 (n-1)/n of an all-reduce's
   // message, (n-1)/n of what a gather or scatter counts; a send moves its message once.
@@ -282,11 +296,10 @@ PlanTime plan_time(const TrainConfig& c, const ClusterShape& cluster) {
   t.pp_s = P > 1 ? seconds("pp", P) : 0;
   if (D > 1) {
     t.dp_s = seconds("dp", D);
-    // Buckets reduce while the last micro-batch's backward (two thirds of its compute) runs;
-    // ZeRO-1's gather of the updated weights follows the step, in full view.
+    // Buckets reduce while the last micro-batch's backward runs; ZeRO-1's gather of the
+    // updated weights follows the step, in full view.
     const double gather = seconds("dp", D, "all_gather");
-    t.dp_exposed_s =
-        std::max(0.0, t.dp_s - gather - t.compute_s * 2.0 / 3.0 / double(micro)) + gather;
+    t.dp_exposed_s = std::max(0.0, t.dp_s - gather - t.backward_window_s) + gather;
   }
   return t;
 }

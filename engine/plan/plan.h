@@ -81,6 +81,7 @@ PlanMemory plan_memory(const TrainConfig& config, const PlanRank& rank);
 
 struct PlanTime {
   double compute_s = 0, bubble_s = 0, tp_s = 0, pp_s = 0, dp_s = 0, dp_exposed_s = 0;
+  double backward_window_s = 0;  // the last micro-batch's backward, which DP sums overlap
   double step_s() const { return compute_s + bubble_s + tp_s + pp_s + dp_exposed_s; }
 };
 PlanTime plan_time(const TrainConfig& config, const ClusterShape& cluster);
