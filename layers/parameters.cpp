@@ -47,6 +47,11 @@ torch::Tensor ParameterStore::create(const ParamSpec& given) {
   torch::Tensor value = local_shard(pad_rows(initial_global_value(spec, seed_), spec), spec, tp_)
                             .to(device_, dtype_)
                             .contiguous();
+  // local_shard narrows the whole initial value: a shard along rows is a contiguous view,
+  // which would keep every rank holding the whole value (its storage, and the base the view
+  // remembers even after place_adjacent moves the data) for the run.
+  if (value.storage().nbytes() > size_t(value.numel() * value.element_size()))
+    value = value.clone();
   value.set_requires_grad(!spec.frozen());
   params_.push_back({spec, value});
   return value;

@@ -224,7 +224,11 @@ PlanMemory plan_memory(const TrainConfig& c, const PlanRank& rank) {
   const int64_t head_chunk = c.memory.head_chunk_tokens > 0 ? c.memory.head_chunk_tokens : tokens;
   const int64_t vocab_rows = layers::padded_vocab_size(m.vocab_size, int(T)) / T;
   const int64_t kept = full ? stage.layers * residual * element : stage.layers * block;
-  mem.activations = in_flight * tokens * (kept + outside) +
+  // Under full recomputation the peak falls inside backward, in a recomputed block: under STP
+  // with 16-bit activations its input's gradient is summed over the sequence's shards in a
+  // float32 copy (parallel/communicator.h), the whole sequence's.
+  const int64_t widened_sum = full && sequence && bf16 ? tokens * h * 4 : 0;
+  mem.activations = in_flight * tokens * (kept + outside) + widened_sum +
                     (full ? tokens * (block - residual * element) : 0) +
                     (stage.last ? std::min(head_chunk, tokens) * vocab_rows * element : 0);
   if (c.distill.enabled) {
