@@ -52,7 +52,7 @@ int open_tun_in(const std::string& netns, const std::string& name) {
 
 struct Packet {
   Clock::time_point due;
-  int to = 0;
+  int from = 0, to = 0;  // hosts; from for the sender's queue account
   std::vector<char> bytes;
 };
 struct Later {
@@ -122,8 +122,8 @@ int main(int argc, char** argv) {
         const Clock::time_point start = std::max(now, uplink_free[h]);
         uplink_free[h] = start + std::chrono::duration_cast<Clock::duration>(
                                      std::chrono::duration<double>(double(n) * seconds_per_byte));
-        auto* packet = new Packet{uplink_free[h] + delay, to, {buffer.data(), buffer.data() + n}};
-        packet->bytes.push_back(char(h));  // who sent it, for the queue's account
+        auto* packet =
+            new Packet{uplink_free[h] + delay, int(h), to, {buffer.data(), buffer.data() + n}};
         queued[h] += size_t(n);
         in_flight.push(packet);
       }
@@ -131,9 +131,7 @@ int main(int argc, char** argv) {
     while (!in_flight.empty() && in_flight.top()->due <= Clock::now()) {
       Packet* packet = in_flight.top();
       in_flight.pop();
-      const int from = packet->bytes.back();
-      packet->bytes.pop_back();
-      queued[size_t(from)] -= packet->bytes.size();
+      queued[size_t(packet->from)] -= packet->bytes.size();
       if (write(fds[size_t(packet->to)], packet->bytes.data(), packet->bytes.size()) < 0 &&
           errno != EAGAIN)
         fail("write");

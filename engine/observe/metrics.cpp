@@ -16,8 +16,10 @@ std::string format_bytes(int64_t bytes) {
     std::snprintf(text, sizeof(text), "%.2f GB", b / 1e9);
   else if (b >= 1e6)
     std::snprintf(text, sizeof(text), "%.1f MB", b / 1e6);
-  else
+  else if (b >= 1e3)
     std::snprintf(text, sizeof(text), "%.1f kB", b / 1e3);
+  else  // a scalar's few bytes would read "0.0 kB"
+    std::snprintf(text, sizeof(text), "%lld B", static_cast<long long>(bytes));
   return text;
 }
 

@@ -58,15 +58,4 @@ after=$(ls "$work/dead/checkpoints" | grep '^step_' | tr '\n' ' ')
 launch dead  # resumed, on the same hosts (host1's namespace is empty again, not gone)
 wait $job || { echo "FAIL: the resumed run"; tail -20 "$work/dead.log"; exit 1; }
 grep "resumed from" "$work/dead.log"
-"$root/tools/python" - "$work" "$steps" <<'PY'
-import json, sys
-work, steps = sys.argv[1], int(sys.argv[2])
-def records(name):  # the last record of each step: the resumed run's, where it repeats one
-    return {r["step"]: r for r in map(json.loads, open(f"{work}/{name}/metrics.jsonl"))}
-straight, resumed = records("straight"), records("dead")
-assert sorted(straight) == list(range(1, steps + 1)), "reference run incomplete"
-assert sorted(resumed) == list(range(1, steps + 1)), f"steps logged: {sorted(resumed)}"
-bad = [s for s in straight for k in ("loss", "grad_norm") if straight[s][k] != resumed[s][k]]
-print(f"{steps} steps: loss and grad_norm bitwise equal to the uninterrupted run: {not bad}")
-sys.exit(1 if bad else 0)
-PY
+"$root/tools/python" "$(dirname "$0")"/resumed_equals_straight.py "$work/straight" "$work/dead" "$steps"

@@ -67,18 +67,7 @@ launch preempted
 wait $job || { cat "$work/preempted.log"; exit 1; }
 grep "resumed from" "$work/preempted.log"
 
-"$python" - "$work" "$steps" <<'PY'
-import json, sys
-work, steps = sys.argv[1], int(sys.argv[2])
-def records(name):
-    return {r["step"]: r for r in map(json.loads, open(f"{work}/{name}/metrics.jsonl"))}
-straight, resumed = records("straight"), records("preempted")
-assert sorted(straight) == list(range(1, steps + 1)), "reference run incomplete"
-assert sorted(resumed) == list(range(1, steps + 1)), f"steps logged: {sorted(resumed)[:5]}..."
-bad = [s for s in straight for k in ("loss", "grad_norm") if straight[s][k] != resumed[s][k]]
-print(f"{steps} steps: loss and grad_norm bitwise equal to the uninterrupted run: {not bad}")
-sys.exit(1 if bad else 0)
-PY
+"$python" "$(dirname "$0")"/resumed_equals_straight.py "$work/straight" "$work/preempted" "$steps"
 
 # A second signal: the job ends at once, without saving.
 launch twice
