@@ -103,42 +103,42 @@ int64_t AdamW::state_bytes() const {
   return bytes;
 }
 
-double grad_square(const layers::Parameter& p) {
-  if (!p.value.grad().defined()) return -1;
-  const double norm = p.value.grad().norm().item<double>();  // no full-size copy
-  return norm * norm;
+torch::Tensor grad_square(const layers::Parameter& p) {
+  if (!p.value.grad().defined()) return {};
+  // The norm in the gradient's type (no full-size copy), squared in float64.
+  return p.value.grad().norm().to(torch::kDouble).square();
 }
 
 double grad_norm_from_squares(const layers::ParameterStore& store,
-                              const std::vector<double>& squares, const layers::TensorParallel& tp,
+                              const std::vector<torch::Tensor>& squares,
+                              const layers::TensorParallel& tp,
                               parallel::Communicator* sharded_over,
                               parallel::Communicator* pipeline) {
-  double sharded = 0, replicated = 0;
+  torch::Device device = torch::kCPU;
+  for (const torch::Tensor& square : squares)
+    if (square.defined()) {
+      device = square.device();
+      break;
+    }
+  const torch::TensorOptions options = torch::dtype(torch::kDouble).device(device);
+  torch::Tensor sharded = torch::zeros({1}, options), replicated = torch::zeros({1}, options);
   for (size_t i = 0; i < store.all().size(); ++i) {
     const layers::Parameter& p = store.all()[i];
-    if (p.spec.frozen() || p.spec.tied_copy || squares[i] < 0) continue;
-    (p.spec.shard_dim >= 0 && tp.size() > 1 ? sharded : replicated) += squares[i];
+    if (p.spec.frozen() || p.spec.tied_copy || !squares[i].defined()) continue;
+    (p.spec.shard_dim >= 0 && tp.size() > 1 ? sharded : replicated).add_(squares[i]);
   }
-  if (tp.size() > 1) {
-    torch::Tensor s = torch::tensor({sharded}, torch::kDouble);
-    tp.group->all_reduce(s);
-    sharded = s.item<double>();
-  }
-  double total = sharded + replicated;
-  for (parallel::Communicator* group : {sharded_over, pipeline}) {
-    if (!group || group->size() == 1) continue;
-    torch::Tensor t = torch::tensor({total}, torch::kDouble);
-    group->all_reduce(t);
-    total = t.item<double>();
-  }
-  return std::sqrt(total);
+  if (tp.size() > 1) tp.group->all_reduce(sharded);
+  torch::Tensor total = sharded + replicated;
+  for (parallel::Communicator* group : {sharded_over, pipeline})
+    if (group && group->size() > 1) group->all_reduce(total);
+  return std::sqrt(total.item<double>());
 }
 
 double global_grad_norm(const layers::ParameterStore& store, const layers::TensorParallel& tp,
                         parallel::Communicator* sharded_over, parallel::Communicator* pipeline) {
-  std::vector<double> squares;
+  std::vector<torch::Tensor> squares;
   for (const auto& p : store.all())
-    squares.push_back(p.spec.frozen() || p.spec.tied_copy ? -1 : grad_square(p));
+    squares.push_back(p.spec.frozen() || p.spec.tied_copy ? torch::Tensor() : grad_square(p));
   return grad_norm_from_squares(store, squares, tp, sharded_over, pipeline);
 }
 

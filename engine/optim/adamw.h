@@ -67,15 +67,17 @@ class AdamW {
 double global_grad_norm(const layers::ParameterStore& store, const layers::TensorParallel& tp = {},
                         parallel::Communicator* sharded_over = nullptr,
                         parallel::Communicator* pipeline = nullptr);
-// The same from each parameter's squared gradient norm (negative: no gradient), recorded
-// before optimizer-in-backward freed the gradients.
+// The same from each parameter's squared gradient norm (undefined: no gradient), recorded
+// before optimizer-in-backward freed the gradients. The squares are summed and reduced where
+// they are (on the GPU for CUDA gradients): the norm is read to the host once.
 double grad_norm_from_squares(const layers::ParameterStore& store,
-                              const std::vector<double>& squares,
+                              const std::vector<torch::Tensor>& squares,
                               const layers::TensorParallel& tp = {},
                               parallel::Communicator* sharded_over = nullptr,
                               parallel::Communicator* pipeline = nullptr);
-// The squared norm of parameter p's gradient, -1 without one.
-double grad_square(const layers::Parameter& p);
+// The squared norm of parameter p's gradient as a float64 scalar tensor on the gradient's
+// device (nothing read to the host); undefined without a gradient.
+torch::Tensor grad_square(const layers::Parameter& p);
 // The factor that brings gradients of global norm `norm` to at most max_norm: 1 when they are
 // within it (or max_norm is 0, no clipping), else max_norm / (norm + 1e-6).
 double clip_scale(double norm, double max_norm);

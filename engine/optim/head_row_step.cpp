@@ -21,7 +21,8 @@ HeadRowStepper::~HeadRowStepper() = default;
 void HeadRowStepper::begin_step(const std::vector<torch::Tensor>& tokens, double lr) {
   torch::NoGradGuard no_grad;
   lr_ = lr;
-  square_ = 0;
+  square_ = torch::zeros(
+      {}, torch::dtype(torch::kDouble).device(store_.all()[options_.index].value.device()));
   rows_streamed_ = blocks_reduced_ = 0;
   pending_ = true;
   delivered_ = false;
@@ -74,7 +75,7 @@ void HeadRowStepper::take_rows(int64_t row_begin, torch::Tensor grad) {
   if (optimizer_) {
     reduce(grad);
     if (owns()) {
-      square_ += grad.square().sum().item<double>();
+      square_ += grad.square().sum().to(torch::kDouble);
       optimizer_->step_rows(options_.index, row_begin, grad, lr_, kept_rows);
     }
   } else {
@@ -108,7 +109,7 @@ void HeadRowStepper::complete() {
       p.value.mutable_grad().reset();
       reduce(whole);
       if (owns()) {
-        square_ += whole.square().sum().item<double>();
+        square_ += whole.square().sum().to(torch::kDouble);
         optimizer_->step_rows(options_.index, 0, whole, lr_);
       }
     }
@@ -119,7 +120,7 @@ void HeadRowStepper::complete() {
   if (touched_.numel() == 0) return;
   reduce(kept_);
   if (owns()) {
-    square_ += kept_.square().sum().item<double>();
+    square_ += kept_.square().sum().to(torch::kDouble);
     optimizer_->step_row_list(options_.index, touched_, kept_, lr_);
   }
   kept_ = torch::Tensor();

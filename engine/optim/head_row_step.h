@@ -67,9 +67,9 @@ class HeadRowStepper : public layers::HeadGradSink {
   void complete();
   // Reduce-only: drives the pending block reductions (call while backward runs).
   void progress();
-  // The squared norm of the weight's final gradient this step; -1 where this rank does not
-  // step it.
-  double grad_square() const { return owns() ? square_ : -1; }
+  // The squared norm of the weight's final gradient this step (float64, on its device);
+  // undefined where this rank does not step it.
+  torch::Tensor grad_square() const { return owns() ? square_ : torch::Tensor(); }
   size_t index() const { return options_.index; }
   // Bytes of this rank's shared-memory segment for the reduce-only sum (0 without one).
   int64_t shared_bytes() const { return shared_ ? shared_->segment_bytes() : 0; }
@@ -103,7 +103,8 @@ class HeadRowStepper : public layers::HeadGradSink {
   AdamW* optimizer_;  // null: reduce-only
   parallel::Communicator& dp_;
   HeadRowStepOptions options_;
-  double lr_ = 0, square_ = 0;
+  double lr_ = 0;
+  torch::Tensor square_;    // float64 scalar on the weight's device
   bool pending_ = false;    // begun, not completed
   bool delivered_ = false;  // the head delivered blocks this step
   int64_t rows_streamed_ = 0, blocks_reduced_ = 0;

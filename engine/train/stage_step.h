@@ -29,6 +29,7 @@ namespace retort::engine {
 struct MicroBatch {
   torch::Tensor tokens, targets;
   int64_t first_sample = 0;
+  torch::Tensor host_tokens;  // tokens as read, on the host (bookkeeping without a device read)
 };
 
 // The models one stage runs; teacher and distiller are null without distillation.

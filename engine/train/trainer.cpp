@@ -389,9 +389,9 @@ std::vector<MicroBatch> Trainer::read_micro_batches(double& target_count) {
   for (int64_t m = 0; m < plan.micro_batches_per_step(); ++m) {
     const int64_t first = plan.first_sample(progress_.step, m);
     const TokenBatch batch = read_batch(*streams_.train, first, training.micro_batch);
-    micro.push_back({placed(to_tensor(batch.inputs, batch.batch)),
-                     placed(to_tensor(batch.targets, batch.batch)),
-                     first - progress_.step * training.global_batch});
+    const torch::Tensor tokens = to_tensor(batch.inputs, batch.batch);
+    micro.push_back({placed(tokens), placed(to_tensor(batch.targets, batch.batch)),
+                     first - progress_.step * training.global_batch, tokens});
     local_targets += int64_t(batch.targets.size());  // no padding: every target counts
   }
   // Losses are normalised by the target count of the whole global batch.
@@ -443,12 +443,11 @@ StepResult Trainer::train_step() {
   if (in_backward) {  // parameters step as GradientSync reports them final
     optimizer_->begin_step();
     step_lr_ = result.lr;
-    grad_squares_.assign(store_->all().size(), -1);
+    grad_squares_.assign(store_->all().size(), torch::Tensor());
   }
   if (head_stepper_) {
     std::vector<torch::Tensor> tokens;
-    for (const MicroBatch& b : micro)
-      tokens.push_back(b.tokens.cpu());  // its bookkeeping is host-side
+    for (const MicroBatch& b : micro) tokens.push_back(b.host_tokens);  // host-side bookkeeping
     head_stepper_->begin_step(tokens, result.lr);
   }
   if (distiller_ && distiller_->uses_activations())  // every stage reports every pair

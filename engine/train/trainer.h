@@ -120,8 +120,8 @@ class Trainer {
   std::unique_ptr<layers::ActivationOffloader> offloader_;
   std::unique_ptr<HeadRowStepper> head_stepper_;         // in-backward step, or DP reduce (tied)
   std::unique_ptr<GradReadyHooks> gradient_accounting_;  // files gradients under their category
-  double step_lr_ = 0;                // the learning rate of the step in progress
-  std::vector<double> grad_squares_;  // optimizer-in-backward: squared norms before freeing
+  double step_lr_ = 0;                       // the learning rate of the step in progress
+  std::vector<torch::Tensor> grad_squares_;  // optimizer-in-backward: squared norms before freeing
   SampleStreams streams_;
   LrSchedule schedule_;
   TrainingProgress progress_;
