@@ -23,6 +23,7 @@
 #include "engine/hf/hf_model.h"
 #include "parallel/mesh.h"
 #include "parallel/mpi_runtime.h"
+#include "parallel/rank_device.h"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -72,7 +73,7 @@ int run(int argc, char** argv, const parallel::MpiRuntime& mpi) {
   po::options_description visible(
       "Usage: engine_generate CHECKPOINT --prompt TEXT [options]\n"
       "CHECKPOINT: a Retort checkpoint or run directory, or a Hugging Face model directory");
-  std::string prompt, tokenizer;
+  std::string prompt, tokenizer, device_name;
   engine::SamplingOptions options;
   visible.add_options()("help,h", "print this help and exit")("prompt", po::value(&prompt),
                                                               "the text to continue")(
@@ -84,7 +85,9 @@ int run(int argc, char** argv, const parallel::MpiRuntime& mpi) {
       "context", po::value(&options.context)->default_value(0),
       "positions the model sees at most (its training length); longer text slides, 0 = no limit")(
       "tokenizer", po::value(&tokenizer), "tokenizer.json, its directory, or 'bytes'")(
-      "no-cache", "recompute the whole prefix for every token (no KV cache)");
+      "no-cache", "recompute the whole prefix for every token (no KV cache)")(
+      "device", po::value(&device_name)->default_value("cpu"),
+      "cpu, or cuda: each rank on the GPU of its local rank");
   po::options_description all;
   std::vector<std::string> positional;
   all.add(visible).add_options()("checkpoint", po::value(&positional));
@@ -114,7 +117,14 @@ int run(int argc, char** argv, const parallel::MpiRuntime& mpi) {
   layout.tensor = mpi.world_size();
   layout.data = 1;
   parallel::Mesh mesh(layout);
-  engine::InferenceModel m = engine::load_inference_model(positional[0], mesh);
+  if (device_name != "cpu" && device_name != "cuda")
+    throw UserError("--device '" + device_name + "': cpu or cuda");
+  const torch::Device device =
+      parallel::rank_device(device_name == "cuda", mpi.local_rank(), 0, "--device cuda");
+  mesh.choose_transports(parallel::TransportChoice::automatic,
+                         device.is_cuda() ? device.index() : -1);
+  engine::InferenceModel m =
+      engine::load_inference_model(positional[0], mesh, torch::kFloat, device);
   const Codec codec = choose_tokenizer(tokenizer, positional[0], m.config.vocab_size);
   options.stop_token = codec.stop();
   const std::vector<int64_t> ids = codec.encode(prompt);

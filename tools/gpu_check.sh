@@ -23,8 +23,9 @@
 # The sequence, each a row of the summary (printed, and written to $OUT/gpu_check.md with the
 # logs when OUT is set): whether the pack's programs load there; the CUDA unit tests; the communicator on the device with one rank and
 # two (the second with two GPUs), NCCL on one rank included; the consistency layouts
-# TP1/TP2/STP2/PP2 in fp32 (TF32 off) and in bf16; a bf16 distillation of 50 steps whose loss
-# must fall; bench_throughput in bf16 against PyTorch eager under bf16 autocast on the same
+# TP1/TP2/STP2/PP2 in fp32 (TF32 off, against TP1 run on the CPU) and in bf16; a bf16
+# distillation of 50 steps whose loss must fall; greedy generation on the device against the
+# CPU's; bench_throughput in bf16 against PyTorch eager under bf16 autocast on the same
 # model (TinyLlama's shape, sequence 2048, on the GPU; a small shape on the CPU), MFU against
 # the device's peak; bench_memory. Exit status 1 when a row failed.
 set -uo pipefail
@@ -51,7 +52,8 @@ die() { echo "error: gpu_check.sh: $*" >&2; exit 2; }
 # --pack
 # ---------------------------------------------------------------------------------------------
 binaries=(tools/engine_train tools/engine_consistency tools/engine_prepare_data
-          bench/bench_throughput bench/bench_memory tests/unit_torch_tests tests/mpi_tests)
+          tools/engine_generate bench/bench_throughput bench/bench_memory tests/unit_torch_tests
+          tests/mpi_tests)
 
 # Libraries that machine has: glibc's, the C++ runtime, and what PyTorch's wheel and its
 # nvidia-* packages bring (found there through python3).
@@ -262,14 +264,17 @@ for ranks in 1 2; do
   fi
 done
 
-# 3-4. Consistency layouts on the device, fp32 (TF32 off) and bf16 (derived tolerances)
+# 3-4. Consistency layouts on the device: fp32 (TF32 off) against TP1 run on the CPU, and bf16
+# against TP1 on the device (derived tolerances)
 for dtype in float32 bfloat16; do
+  layouts=TP1,TP2,STP2,PP2 against="TP1 on $device"
+  [[ $dtype == float32 ]] && layouts=TP1@cpu,TP1,TP2,STP2,PP2 against="TP1 on the CPU"
   if step "consistency $dtype" "consistency_$dtype" "${mpirun_cmd[@]}" -np 4 engine_consistency \
       "$here/configs/consistency.yaml" "data.paths=[$corpus]" "model.dtype=$dtype" \
-      "runtime.device=$device" --layouts TP1,TP2,STP2,PP2 --out "$results/consistency_$dtype"; then
-    row "consistency TP1/TP2/STP2/PP2, $dtype, $device" ok "$(grep -c '| yes |' "$step_log") layouts agree" $step_seconds
+      "runtime.device=$device" --layouts "$layouts" --out "$results/consistency_$dtype"; then
+    row "consistency ${layouts//,//} against $against, $dtype, $device" ok "$(grep -c '| yes |' "$step_log") layouts agree" $step_seconds
   else
-    row "consistency TP1/TP2/STP2/PP2, $dtype, $device" FAILED "$(tail_reason "$step_log")" $step_seconds
+    row "consistency ${layouts//,//} against $against, $dtype, $device" FAILED "$(tail_reason "$step_log")" $step_seconds
   fi
 done
 
@@ -293,6 +298,27 @@ print("%.3f %.3f" % (rows[0]["loss"], rows[-1]["loss"]))' "$run_dir/metrics.json
   fi
 else
   row "distillation bf16, 50 steps, $device" FAILED "$(tail_reason "$step_log")" $step_seconds
+fi
+
+# 5b. Generation on the device: a student trained 4 steps (fp32) continues a prompt greedily
+# with the same tokens on the device as on the CPU
+gen_dir="$results/generate_run"
+if step "generate" generate engine_train "$here/configs/tiny.yaml" "data.paths=[$corpus]" \
+    "runtime.device=$device" training.steps=4 training.eval_every=0 checkpoint.save_at_end=true \
+    "run.dir=$gen_dir" &&
+   step "generate" generate_cpu engine_generate "$gen_dir" --prompt "The state of" \
+    --max-tokens 24 --temperature 0 --tokenizer bytes --device cpu &&
+   cp "$step_log" "$results/generate_cpu.out" &&
+   step "generate" generate_device engine_generate "$gen_dir" --prompt "The state of" \
+    --max-tokens 24 --temperature 0 --tokenizer bytes --device "$device"; then
+  if cmp -s <(grep -v '^engine_generate:' "$results/generate_cpu.out") \
+            <(grep -v '^engine_generate:' "$step_log"); then
+    row "engine_generate greedy, $device against the CPU" ok "24 tokens alike" $step_seconds
+  else
+    row "engine_generate greedy, $device against the CPU" FAILED "the texts differ" $step_seconds
+  fi
+else
+  row "engine_generate greedy, $device against the CPU" FAILED "$(tail_reason "$step_log")" $step_seconds
 fi
 
 # 6. Throughput in bf16 against PyTorch eager (bf16 autocast, SDPA) on the same model

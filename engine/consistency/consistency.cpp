@@ -25,6 +25,12 @@ ConsistencyLayout parse_consistency_layout(const std::string& name) {
   ConsistencyLayout layout;
   layout.name = name;
   std::string body = name;
+  if (const size_t at = body.rfind('@'); at != std::string::npos) {
+    layout.device = body.substr(at + 1);
+    if (layout.device != "cpu" && layout.device != "cuda")
+      throw UserError("layout '" + name + "': the device after '@' is cpu or cuda");
+    body.resize(at);
+  }
   if (body.size() > 3 && body.compare(body.size() - 3, 3, "-Z1") == 0) {
     layout.zero_stage = 1;
     body.resize(body.size() - 3);
@@ -33,7 +39,8 @@ ConsistencyLayout parse_consistency_layout(const std::string& name) {
     return UserError("layout '" + name +
                      "': expected parts PPn (or PPn:a-b-.. with the layers per stage), TPn or "
                      "STPn, and DPn joined by "
-                     "'x', optionally with -Z1 (e.g. PP2xSTP2xDP2-Z1)");
+                     "'x', optionally with -Z1 and then @cpu or @cuda (e.g. PP2xSTP2xDP2-Z1, "
+                     "TP1@cpu)");
   };
   std::stringstream parts(body);
   std::string p;
@@ -102,10 +109,12 @@ void place_activations(const parallel::NamedTensors& pieces, int64_t global_batc
   }
 }
 
-// A double copy that owns its memory: in float64 runs `to` would return the live tensor
-// itself, which clipping and the next step then change under the record.
+// A double copy on the host that owns its memory: in float64 runs `to` would return the live
+// tensor itself, which clipping and the next step then change under the record. On the host,
+// records of layouts on different devices compare.
 torch::Tensor as_record(const torch::Tensor& t) {
-  return t.to(torch::kDouble, /*non_blocking=*/false, /*copy=*/true);
+  return t.to(torch::TensorOptions().dtype(torch::kDouble).device(torch::kCPU),
+              /*non_blocking=*/false, /*copy=*/true);
 }
 
 }  // namespace
@@ -132,6 +141,7 @@ TrainConfig consistency_train_config(const Config& base, const ConsistencyLayout
   config.apply_override("checkpoint.save_at_end=false");
   config.apply_override("optimizer.zero_stage=" + std::to_string(layout.zero_stage));
   config.apply_override("training.eval_every=0");
+  if (!layout.device.empty()) config.apply_override("runtime.device=" + layout.device);
   return make_train_config(config, layout.ranks());
 }
 

@@ -23,13 +23,15 @@ struct ConsistencyLayout {
   std::vector<int64_t> pipeline_split;  // layers per stage; empty = even
   bool sequence_parallel = false;
   int zero_stage = 0;  // "-Z1": AdamW state sharded over DP
+  std::string device;  // "@cpu", "@cuda": runtime.device for this layout; empty: the config's
   int ranks() const { return tensor * data * pipeline; }
   std::string file_name() const;  // the name with ':' replaced
 };
 
 // Parses layouts made of "PPn" (optionally "PPn:a-b-..." with the layers per stage), "TPn" or
 // "STPn", and "DPn", joined by 'x' ("TP2xDP2", "PP4:1-2-1-1", "PP2xSTP2xDP2"), optionally
-// suffixed "-Z1" (ZeRO-1); throws UserError otherwise.
+// suffixed "-Z1" (ZeRO-1), then "@cpu" or "@cuda" (the device of this layout alone: a GPU
+// run checked against the CPU's, "TP1@cpu,TP1,TP2"); throws UserError otherwise.
 ConsistencyLayout parse_consistency_layout(const std::string& name);
 
 struct ConsistencyTolerances {

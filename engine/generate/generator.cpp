@@ -9,22 +9,23 @@
 namespace retort::engine {
 namespace {
 
-// The last position's logits over the whole vocabulary [vocab], on every TP rank.
+// The last position's logits over the whole vocabulary [vocab], on every TP rank, on the host.
 torch::Tensor last_logits(const torch::Tensor& local_logits, const layers::LlamaModel& model) {
   torch::Tensor last = local_logits.select(1, -1).select(0, 0).contiguous();  // [padded / tp]
   const layers::TensorParallel& tp = model.tensor_parallel();
   if (tp.size() > 1) last = tp.group->all_gather(last, 0);
-  return last.narrow(0, 0, model.config().vocab_size);
+  return last.narrow(0, 0, model.config().vocab_size).cpu();
 }
 
-torch::Tensor as_batch(const std::vector<int64_t>& ids) {
-  return torch::tensor(ids, torch::kLong).view({1, -1});
+// ids as a [1, n] batch on the model's device.
+torch::Tensor as_batch(const std::vector<int64_t>& ids, const layers::LlamaModel& model) {
+  return torch::tensor(ids, torch::kLong).view({1, -1}).to(model.head_weight().device());
 }
 
 }  // namespace
 
 InferenceModel load_inference_model(const std::string& path, parallel::Mesh& mesh,
-                                    torch::ScalarType dtype) {
+                                    torch::ScalarType dtype, torch::Device device) {
   InferenceModel m;
   const bool hf = hf::is_hf_model_dir(path);
   m.source = hf ? path : resolve_checkpoint(path);
@@ -43,7 +44,7 @@ InferenceModel load_inference_model(const std::string& path, parallel::Mesh& mes
     throw UserError("the model's " + std::to_string(m.config.heads) + " heads and ffn " +
                     std::to_string(m.config.ffn_hidden) + " do not split over " +
                     std::to_string(tp.size()) + " TP ranks");
-  m.store = std::make_unique<layers::ParameterStore>(0, dtype, tp.position());
+  m.store = std::make_unique<layers::ParameterStore>(0, dtype, tp.position(), device);
   m.model = std::make_unique<layers::LlamaModel>(m.config, *m.store, tp);
   if (hf)
     hf::load_hf_parameters(path, m.config, *m.store, tp);
@@ -79,8 +80,8 @@ std::vector<int64_t> generate(const layers::LlamaModel& model, const std::vector
   std::vector<int64_t> generated;
   layers::KvCache cache;
   cache.capacity = limit;
-  torch::Tensor logits =
-      use_cache ? model.forward_cached(as_batch(window), cache) : model.forward(as_batch(window));
+  torch::Tensor logits = use_cache ? model.forward_cached(as_batch(window, model), cache)
+                                   : model.forward(as_batch(window, model));
   for (int64_t i = 0; i < options.max_tokens; ++i) {
     torch::Tensor choice =
         torch::tensor({sample_token(last_logits(logits, model), options, generator)}, torch::kLong);
@@ -94,13 +95,13 @@ std::vector<int64_t> generate(const layers::LlamaModel& model, const std::vector
       cache = layers::KvCache();
       cache.capacity = limit;
       window.push_back(token);
-      logits = use_cache ? model.forward_cached(as_batch(window), cache)
-                         : model.forward(as_batch(window));
+      logits = use_cache ? model.forward_cached(as_batch(window, model), cache)
+                         : model.forward(as_batch(window, model));
       continue;
     }
     window.push_back(token);
-    logits = use_cache ? model.forward_cached(as_batch({token}), cache)
-                       : model.forward(as_batch(window));
+    logits = use_cache ? model.forward_cached(as_batch({token}, model), cache)
+                       : model.forward(as_batch(window, model));
   }
   return generated;
 }

@@ -6,7 +6,8 @@
 // at every token instead (the reference the cache is tested against). Sampling: greedy at
 // temperature 0, else softmax(logits / T) over the top-k tokens (k = 0: all), from a
 // generator seeded identically everywhere; under TP the logits are gathered whole and TP
-// rank 0's choice is broadcast, so every rank continues the same text.
+// rank 0's choice is broadcast, so every rank continues the same text. On a GPU the model runs
+// there and only each step's last logits come to the host, where sampling is the CPU's.
 #pragma once
 #include <torch/torch.h>
 
@@ -31,9 +32,11 @@ struct InferenceModel {
   int64_t trained_context = 0;
 };
 
-// Collective over mesh (its layout must be TP only). dtype: kFloat or kDouble.
+// Collective over mesh (its layout must be TP only). dtype: kFloat or kDouble. The parameters
+// are read on the host and placed on `device`; generation then runs there.
 InferenceModel load_inference_model(const std::string& path, parallel::Mesh& mesh,
-                                    torch::ScalarType dtype = torch::kFloat);
+                                    torch::ScalarType dtype = torch::kFloat,
+                                    torch::Device device = torch::kCPU);
 
 struct SamplingOptions {
   int64_t max_tokens = 64;

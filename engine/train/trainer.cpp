@@ -1,7 +1,6 @@
 // engine/train/trainer.cpp: see trainer.h.
 #include "engine/train/trainer.h"
 
-#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <fnmatch.h>
 
 #include <chrono>
@@ -25,6 +24,7 @@
 #include "kernels/dispatch.h"
 #include "layers/sharding.h"
 #include "parallel/communicator.h"
+#include "parallel/rank_device.h"
 
 namespace retort::engine {
 namespace fs = std::filesystem;
@@ -86,17 +86,9 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
       residual_dtype_(config.fp32_residual ? dtype_ : compute_dtype_) {
   MemoryTracker& memory = MemoryTracker::install();  // before the first parameter
   parallel::set_collective_timeout(config_.runtime.collective_timeout_s);
-  int gpu = -1;
-  if (config_.runtime.device == Device::cuda) {
-    if (!torch::cuda::is_available())
-      throw UserError(
-          "runtime.device=cuda: no GPU is visible to this process (engine_train --version says "
-          "what is compiled in); use runtime.device=cpu");
-    gpu = parallel::gpu_for_local_rank(mesh_.local_rank(), int(torch::cuda::device_count()),
-                                       int(config_.runtime.gpus_per_node));
-    device_ = torch::Device(torch::kCUDA, gpu);
-    c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->setDevice(device_);
-  }
+  device_ = parallel::rank_device(config_.runtime.device == Device::cuda, mesh_.local_rank(),
+                                  int(config_.runtime.gpus_per_node), "runtime.device=cuda");
+  const int gpu = device_.is_cuda() ? device_.index() : -1;
   report_transports(mesh_.choose_transports(transport_choice(config_.parallel.gpu_transport), gpu));
   kernels::set_kernel_mode(kernels::kernel_mode_for(config_.runtime.kernels == KernelChoice::aten
                                                         ? kernels::KernelMode::aten

@@ -280,6 +280,10 @@ if wanted generate; then
   succeeds "generate: the same prompt with --context" -- \
     "$generate" "$work/g" --prompt "$long" --max-tokens 2 --tokenizer bytes --context 16
   grep -q "^warning:" "$work/err" && fail "generate warned although --context was given"
+  expect "generate: cuda on a machine without a GPU" "--device cuda: no GPU is visible to this process" -- \
+    "$generate" "$work/g" --prompt "The" --max-tokens 2 --tokenizer bytes --device cuda
+  expect "generate: an unknown device" "--device 'tpu': cpu or cuda" -- \
+    "$generate" "$work/g" --prompt "The" --max-tokens 2 --tokenizer bytes --device tpu
 fi
 
 if wanted consistency; then
@@ -287,6 +291,9 @@ if wanted consistency; then
     mpirun -q --oversubscribe -np 4 "$consistency" "$configs/consistency.yaml" data.paths="[$corpus]" --out "$work/cons" \
     --layouts TP1,PP4:1-2
   grep -q "^ran TP1" "$work/out" && fail "engine_consistency ran TP1 before rejecting PP4:1-2"
+  expect "consistency: a layout on an unknown device" "layout 'TP2@tpu': the device after '@' is cpu or cuda" -- \
+    mpirun -q --oversubscribe -np 2 "$consistency" "$configs/consistency.yaml" data.paths="[$corpus]" --out "$work/cons" \
+    --layouts TP1,TP2@tpu
 fi
 
 echo
