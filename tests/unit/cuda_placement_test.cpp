@@ -1,0 +1,99 @@
+// tests/unit/cuda_placement_test.cpp: runtime.device=cuda against the same run on the CPU, on a
+// machine with a GPU (each test skips itself without one; tools/gpu_check.sh runs them as its
+// "CUDA unit tests"): every parameter, gradient and AdamW moment lives on the GPU; three
+// training steps give the CPU's losses and parameters within fp32 round-off (TF32 off); a
+// checkpoint saved from the GPU reloads on the CPU to the same tensors; greedy generation on
+// the GPU gives the CPU's tokens.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "engine/checkpoint/checkpoint.h"
+#include "engine/config/config.h"
+#include "engine/generate/generator.h"
+#include "engine/train/trainer.h"
+#include "tests/support/scratch_dir.h"
+
+using namespace retort;
+using namespace retort::engine;
+
+namespace {
+
+TrainConfig tiny_on(const std::string& device, const std::string& run_dir,
+                    const std::string& extra = "training.log_every=1") {
+  const std::vector<std::string> keys = {extra,
+                                         "data.paths=[" RETORT_TEST_CORPUS "]",
+                                         "run.dir=" + run_dir,
+                                         "runtime.peak_gflops=100",
+                                         "training.steps=3",
+                                         "training.eval_every=0",
+                                         "runtime.device=" + device};
+  return make_train_config(Config::load(RETORT_TEST_CONFIGS "/tiny.yaml", keys), 1);
+}
+
+// fp32 products stay fp32 on the GPU, so the comparison is of round-off alone.
+void without_tf32() {
+  at::globalContext().setAllowTF32CuBLAS(false);
+  at::globalContext().setAllowTF32CuDNN(false);
+}
+
+}  // namespace
+
+TEST(CudaPlacement, TrainingOnTheGpuFollowsTheCpu) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no GPU";
+  without_tf32();
+  Trainer cpu(tiny_on("cpu", retort::testing::scratch_dir("cuda_cpu")), nullptr);
+  Trainer gpu(tiny_on("cuda", retort::testing::scratch_dir("cuda_gpu")), nullptr);
+  for (int step = 0; step < 3; ++step) {
+    const double expected = cpu.train_step().loss, got = gpu.train_step().loss;
+    EXPECT_NEAR(got, expected, 1e-5 * std::abs(expected)) << "step " << step + 1;
+  }
+  const auto& on_cpu = cpu.parameters().all();
+  const auto& on_gpu = gpu.parameters().all();
+  ASSERT_EQ(on_cpu.size(), on_gpu.size());
+  for (size_t i = 0; i < on_gpu.size(); ++i) {
+    EXPECT_TRUE(on_gpu[i].value.is_cuda()) << on_gpu[i].spec.name;
+    const auto& state = gpu.optimizer().states()[i];
+    if (state.exp_avg.defined()) {
+      EXPECT_TRUE(state.exp_avg.is_cuda()) << on_gpu[i].spec.name;
+      EXPECT_TRUE(state.exp_avg_sq.is_cuda()) << on_gpu[i].spec.name;
+    }
+    EXPECT_TRUE(torch::allclose(on_gpu[i].value.cpu(), on_cpu[i].value, 1e-4, 1e-6))
+        << on_gpu[i].spec.name;
+  }
+}
+
+TEST(CudaPlacement, CheckpointSavedFromTheGpuReloadsOnTheCpu) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no GPU";
+  const std::string dir = retort::testing::scratch_dir("cuda_checkpoint");
+  Trainer gpu(tiny_on("cuda", dir), nullptr);
+  gpu.train_step();
+  gpu.save(checkpoint_path(dir, gpu.step()));
+  Trainer cpu(tiny_on("cpu", dir, "checkpoint.load=" + dir), nullptr);
+  ASSERT_EQ(cpu.step(), 1);
+  for (size_t i = 0; i < cpu.parameters().all().size(); ++i)
+    EXPECT_TRUE(
+        torch::equal(cpu.parameters().all()[i].value, gpu.parameters().all()[i].value.cpu()))
+        << cpu.parameters().all()[i].spec.name;
+}
+
+TEST(CudaPlacement, GreedyGenerationOnTheGpuGivesTheCpuTokens) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no GPU";
+  without_tf32();
+  layers::ModelConfig config;
+  config.vocab_size = 300;
+  config.hidden = 64;
+  config.layers = 3;
+  config.heads = 4;
+  config.kv_heads = 2;
+  config.ffn_hidden = 96;
+  config.init_std = 0.2;
+  // The same seed: the same initial values on either device.
+  layers::ParameterStore cpu_store(77, torch::kFloat),
+      gpu_store(77, torch::kFloat, {}, torch::kCUDA);
+  layers::LlamaModel on_cpu(config, cpu_store, {}), on_gpu(config, gpu_store, {});
+  SamplingOptions greedy;
+  greedy.temperature = 0;
+  greedy.max_tokens = 16;
+  const std::vector<int64_t> prompt = {84, 104, 101, 32};
+  EXPECT_EQ(generate(on_gpu, prompt, greedy), generate(on_cpu, prompt, greedy));
+}
