@@ -1,6 +1,9 @@
 // layers/recompute.cpp: see recompute.h.
 #include "layers/recompute.h"
 
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+
 #include "common/memory_category.h"
 
 namespace retort::layers {
@@ -70,7 +73,9 @@ struct Recompute : torch::autograd::Function<Recompute> {
 
 int64_t ActivationOffloader::put(const std::vector<torch::Tensor>& tensors) {
   Slot slot;
-  {
+  if (!tensors.empty() && !tensors.front().device().is_cpu()) {
+    copy_out(tensors, slot);
+  } else {
     MemoryScope host(MemoryCategory::offloaded);
     for (const torch::Tensor& t : tensors) slot.tensors.push_back(t.detach().clone());
   }
@@ -81,9 +86,51 @@ int64_t ActivationOffloader::put(const std::vector<torch::Tensor>& tensors) {
   return last_put_;
 }
 
+void ActivationOffloader::copy_out(const std::vector<torch::Tensor>& tensors, Slot& slot) {
+  slot.device = tensors.front().device();
+  const c10::impl::VirtualGuardImpl gpu(slot.device.type());
+  const c10::Stream compute = gpu.getStream(slot.device);
+  if (!side_) side_ = gpu.getStreamFromGlobalPool(slot.device, /*isHighPriority=*/false);
+  // The copies wait for the kernels that produced the tensors, not for anything after them.
+  c10::Event produced(slot.device.type());
+  produced.record(compute);
+  produced.block(*side_);
+  {
+    const c10::StreamGuard on_side(*side_);
+    MemoryScope host(MemoryCategory::offloaded);
+    for (const torch::Tensor& t : tensors) {
+      torch::Tensor pinned =
+          torch::empty(t.sizes(), t.options().device(torch::kCPU).pinned_memory(true));
+      pinned.copy_(t.detach(), /*non_blocking=*/true);
+      // The caller lets t go now: its memory must not be reused before this copy read it.
+      t.record_stream(*side_);
+      slot.tensors.push_back(pinned);
+    }
+  }
+  slot.copied.emplace(slot.device.type());
+  slot.copied->record(*side_);
+}
+
 void ActivationOffloader::bring_back(Slot& slot) {
   MemoryScope device(MemoryCategory::activations);
-  for (torch::Tensor& t : slot.tensors) t = t.clone();  // the host copy is released
+  if (slot.device.is_cpu()) {
+    for (torch::Tensor& t : slot.tensors) t = t.clone();  // the host copy is released
+  } else {
+    // After the copy out on the same stream; the pinned buffers go back to torch's host
+    // allocator, which keeps them until this copy has read them.
+    const c10::impl::VirtualGuardImpl gpu(slot.device.type());
+    const c10::Stream compute = gpu.getStream(slot.device);
+    const c10::StreamGuard on_side(*side_);
+    for (torch::Tensor& t : slot.tensors) {
+      torch::Tensor back =
+          torch::empty(t.sizes(), t.options().device(slot.device).pinned_memory(false));
+      back.copy_(t, /*non_blocking=*/true);
+      back.record_stream(compute);  // made on the side stream, used on the compute stream
+      t = back;
+    }
+    slot.copied.emplace(slot.device.type());
+    slot.copied->record(*side_);
+  }
   moved_back_ += int64_t(slot.tensors.size());
   slot.on_host = false;
 }
@@ -100,6 +147,10 @@ std::vector<torch::Tensor> ActivationOffloader::take(int64_t id) {
   // One ahead: the predecessor's recomputation runs next in backward.
   auto previous = slots_.find(slot.previous);
   if (previous != slots_.end() && previous->second.on_host) bring_back(previous->second);
+  if (slot.copied) {  // the compute stream waits for this slot's copy back only
+    const c10::impl::VirtualGuardImpl gpu(slot.device.type());
+    slot.copied->block(gpu.getStream(slot.device));
+  }
   return std::move(slot.tensors);
 }
 

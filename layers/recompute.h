@@ -9,12 +9,18 @@
 // soon as the forward is done with them, and come back from one recomputation ahead in
 // backward. (libtorch 1.13 has no C++ saved-tensor hooks, so only what our recompute
 // functions keep can be moved; the tensors autograd saves itself stay where they are.)
-// On this CPU build the host store is separate, accounted memory (category `offloaded`).
+// For CPU tensors the host store is separate, accounted memory (category `offloaded`). For
+// GPU tensors it is pinned host memory: the copies run on a side stream, out waiting for the
+// kernels that produced the tensors and back one recomputation ahead, and events make the
+// compute stream wait only for the copy back of what it is about to use.
 #pragma once
+#include <c10/core/Event.h>
+#include <c10/core/Stream.h>
 #include <torch/torch.h>
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "layers/memory_config.h"
@@ -43,10 +49,15 @@ class ActivationOffloader {
     std::vector<torch::Tensor> tensors;
     bool on_host = true;
     int64_t previous = -1;
+    c10::Device device = c10::kCPU;    // where the tensors came from
+    std::optional<c10::Event> copied;  // GPU: the side stream's last copy of this slot
   };
+  // GPU tensors: pinned host copies made on the side stream.
+  void copy_out(const std::vector<torch::Tensor>& tensors, Slot& slot);
   void bring_back(Slot& slot);
 
   std::map<int64_t, Slot> slots_;
+  std::optional<c10::Stream> side_;  // GPU: the stream the copies run on
   int64_t next_slot_ = 0, last_put_ = -1;
   int64_t moved_out_ = 0, moved_back_ = 0, prefetch_hits_ = 0;
 };

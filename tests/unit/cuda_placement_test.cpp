@@ -3,7 +3,8 @@
 // "CUDA unit tests"): every parameter, gradient and AdamW moment lives on the GPU; three
 // training steps give the CPU's losses and parameters within fp32 round-off (TF32 off); a
 // checkpoint saved from the GPU reloads on the CPU to the same tensors; greedy generation on
-// the GPU gives the CPU's tokens.
+// the GPU gives the CPU's tokens; offloaded activations come back unchanged, and offloading
+// changes no loss.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -11,6 +12,7 @@
 #include "engine/config/config.h"
 #include "engine/generate/generator.h"
 #include "engine/train/trainer.h"
+#include "layers/recompute.h"
 #include "tests/support/scratch_dir.h"
 
 using namespace retort;
@@ -19,14 +21,10 @@ using namespace retort::engine;
 namespace {
 
 TrainConfig tiny_on(const std::string& device, const std::string& run_dir,
-                    const std::string& extra = "training.log_every=1") {
-  const std::vector<std::string> keys = {extra,
-                                         "data.paths=[" RETORT_TEST_CORPUS "]",
-                                         "run.dir=" + run_dir,
-                                         "runtime.peak_gflops=100",
-                                         "training.steps=3",
-                                         "training.eval_every=0",
-                                         "runtime.device=" + device};
+                    std::vector<std::string> keys = {}) {
+  keys.insert(keys.end(), {"data.paths=[" RETORT_TEST_CORPUS "]", "run.dir=" + run_dir,
+                           "runtime.peak_gflops=100", "training.steps=3", "training.eval_every=0",
+                           "runtime.device=" + device});
   return make_train_config(Config::load(RETORT_TEST_CONFIGS "/tiny.yaml", keys), 1);
 }
 
@@ -68,7 +66,7 @@ TEST(CudaPlacement, CheckpointSavedFromTheGpuReloadsOnTheCpu) {
   Trainer gpu(tiny_on("cuda", dir), nullptr);
   gpu.train_step();
   gpu.save(checkpoint_path(dir, gpu.step()));
-  Trainer cpu(tiny_on("cpu", dir, "checkpoint.load=" + dir), nullptr);
+  Trainer cpu(tiny_on("cpu", dir, {"checkpoint.load=" + dir}), nullptr);
   ASSERT_EQ(cpu.step(), 1);
   for (size_t i = 0; i < cpu.parameters().all().size(); ++i)
     EXPECT_TRUE(
@@ -96,4 +94,43 @@ TEST(CudaPlacement, GreedyGenerationOnTheGpuGivesTheCpuTokens) {
   greedy.max_tokens = 16;
   const std::vector<int64_t> prompt = {84, 104, 101, 32};
   EXPECT_EQ(generate(on_gpu, prompt, greedy), generate(on_cpu, prompt, greedy));
+}
+
+// Activation offloading of GPU tensors: through pinned host memory on a side stream, back in
+// backward's order (each take prefetching its predecessor), with the values unchanged; and a
+// run offloading its checkpointed blocks' inputs trains exactly as one that keeps them.
+TEST(CudaPlacement, OffloadedActivationsComeBackUnchanged) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no GPU";
+  layers::ActivationOffloader offloader;
+  offloader.begin_chain();
+  std::vector<torch::Tensor> originals;
+  std::vector<int64_t> slots;
+  for (int i = 0; i < 4; ++i) {
+    torch::Tensor t = torch::randn({256, 64}, torch::kCUDA);
+    originals.push_back(t.clone());
+    slots.push_back(offloader.put({t * 1.0}));  // the offloaded tensor's memory is let go
+  }
+  for (int i = 3; i >= 0; --i) {
+    const std::vector<torch::Tensor> back = offloader.take(slots[size_t(i)]);
+    ASSERT_EQ(back.size(), 1u);
+    EXPECT_TRUE(back[0].is_cuda());
+    EXPECT_TRUE(torch::equal(back[0], originals[size_t(i)])) << "slot " << i;
+  }
+  EXPECT_EQ(offloader.moved_out(), 4);
+  EXPECT_EQ(offloader.moved_back(), 4);
+  EXPECT_EQ(offloader.prefetch_hits(), 3);
+  EXPECT_EQ(offloader.pending(), 0u);
+}
+
+TEST(CudaPlacement, OffloadingOnTheGpuTrainsExactlyAsKeeping) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no GPU";
+  Trainer keeping(tiny_on("cuda", retort::testing::scratch_dir("cuda_keep"),
+                          {"memory.activation_checkpointing=full"}),
+                  nullptr);
+  Trainer offloading(
+      tiny_on("cuda", retort::testing::scratch_dir("cuda_offload"),
+              {"memory.activation_checkpointing=full", "memory.activation_offloading=true"}),
+      nullptr);
+  for (int step = 0; step < 3; ++step)
+    EXPECT_EQ(offloading.train_step().loss, keeping.train_step().loss) << "step " << step + 1;
 }
