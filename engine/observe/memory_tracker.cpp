@@ -7,6 +7,8 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "engine/observe/cuda_memory_trace.h"
+
 namespace retort::engine {
 namespace {
 
@@ -156,10 +158,27 @@ void MemoryTracker::reset_peak() {
   c.offloaded_peak = c.current.of(MemoryCategory::offloaded);
 }
 
+void MemoryTracker::note_allocated(void* data, int64_t bytes) {
+  if (!data) return;
+  const MemoryCategory category = current_memory_category();
+  std::lock_guard<std::mutex> lock(counters().mutex);
+  TrackingAllocator::blocks()[data] = TrackingAllocator::Block{bytes, category};
+  counters().add(category, bytes);
+}
+
+void MemoryTracker::note_released(void* data) {
+  std::lock_guard<std::mutex> lock(counters().mutex);
+  auto it = TrackingAllocator::blocks().find(data);
+  if (it == TrackingAllocator::blocks().end()) return;  // handed out before the tracker came
+  counters().add(it->second.category, -it->second.bytes);
+  TrackingAllocator::blocks().erase(it);
+}
+
 void MemoryTracker::retag(const at::Tensor& t, MemoryCategory category) {
   if (!t.defined() || !t.has_storage()) return;
   const c10::DataPtr& data = t.storage().data_ptr();
-  if (data.get_deleter() != &TrackingAllocator::release) return;
+  // CPU blocks through the tracking allocator; GPU blocks through the CUDA trace.
+  if (t.device().is_cpu() && data.get_deleter() != &TrackingAllocator::release) return;
   std::lock_guard<std::mutex> lock(counters().mutex);
   auto it = TrackingAllocator::blocks().find(data.get());
   if (it == TrackingAllocator::blocks().end() || it->second.category == category) return;

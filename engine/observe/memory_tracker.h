@@ -1,6 +1,8 @@
-// engine/observe/memory_tracker.h: exact current and peak bytes of CPU tensor memory, by
-// wrapping the CPU allocator: each allocation adds its size to the category current at the
-// time (common/memory_category.h) and its DataPtr's deleter subtracts it. The device figure
+// engine/observe/memory_tracker.h: exact current and peak bytes of tensor memory, by wrapping
+// the CPU allocator (and, for GPU tensors, through the CUDA caching allocator's trace,
+// cuda_memory_trace.h): each allocation adds its size to the category current at the time
+// (common/memory_category.h) and its release subtracts it. A process's tensors are on one
+// kind of device, so the two are one account. The device figure
 // is every category except `offloaded` (the host store of offloaded activations, which on a
 // GPU build is host memory); at each new device peak the split by category is recorded, so
 // the peak reads as parameters + gradients + optimizer state + activations + teacher + rest.
@@ -48,6 +50,10 @@ class MemoryTracker {
   // Memory allocated outside torch's allocator (the shared-memory DP segments), filed under
   // `category` from now on; negative bytes when it is released.
   void add_outside(MemoryCategory category, int64_t bytes);
+  // Another allocator's block (the CUDA caching allocator's, engine/observe/cuda_memory_trace.h)
+  // handed out at `data`: filed under the current category until note_released(data).
+  static void note_allocated(void* data, int64_t bytes);
+  static void note_released(void* data);
 };
 
 }  // namespace retort::engine

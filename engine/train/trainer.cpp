@@ -18,6 +18,7 @@
 #include "engine/hf/hf_model.h"
 #include "engine/observe/chrome_trace.h"
 #include "engine/observe/compute_peak.h"
+#include "engine/observe/cuda_memory_trace.h"
 #include "engine/observe/memory_tracker.h"
 #include "engine/observe/metrics.h"
 #include "engine/train/stop_signal.h"
@@ -89,6 +90,7 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
   device_ = parallel::rank_device(config_.runtime.device == Device::cuda, mesh_.local_rank(),
                                   int(config_.runtime.gpus_per_node), "runtime.device=cuda");
   const int gpu = device_.is_cuda() ? device_.index() : -1;
+  if (device_.is_cuda()) attach_cuda_memory_trace();  // GPU memory in the same account
   report_transports(mesh_.choose_transports(transport_choice(config_.parallel.gpu_transport), gpu));
   kernels::set_kernel_mode(kernels::kernel_mode_for(config_.runtime.kernels == KernelChoice::aten
                                                         ? kernels::KernelMode::aten

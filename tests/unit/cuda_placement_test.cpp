@@ -4,13 +4,14 @@
 // training steps give the CPU's losses and parameters within fp32 round-off (TF32 off); a
 // checkpoint saved from the GPU reloads on the CPU to the same tensors; greedy generation on
 // the GPU gives the CPU's tokens; offloaded activations come back unchanged, and offloading
-// changes no loss.
+// changes no loss; the memory account files GPU blocks by category.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/config/config.h"
 #include "engine/generate/generator.h"
+#include "engine/observe/memory_tracker.h"
 #include "engine/train/trainer.h"
 #include "layers/recompute.h"
 #include "tests/support/scratch_dir.h"
@@ -133,4 +134,22 @@ TEST(CudaPlacement, OffloadingOnTheGpuTrainsExactlyAsKeeping) {
       nullptr);
   for (int step = 0; step < 3; ++step)
     EXPECT_EQ(offloading.train_step().loss, keeping.train_step().loss) << "step " << step + 1;
+}
+
+// The memory account on a GPU: the CUDA caching allocator's blocks are filed by category like
+// CPU memory, so a GPU trainer's parameters category is its parameters' bytes and a step's
+// activations show.
+TEST(CudaPlacement, MemoryAccountFilesGpuBlocksByCategory) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no GPU";
+  MemoryTracker& tracker = MemoryTracker::install();
+  const int64_t before = tracker.current_split().of(MemoryCategory::parameters);
+  Trainer gpu(tiny_on("cuda", retort::testing::scratch_dir("cuda_memory")), nullptr);
+  int64_t parameter_bytes = 0;
+  for (const auto& p : gpu.parameters().all())
+    parameter_bytes += p.value.numel() * p.value.element_size();
+  EXPECT_EQ(tracker.current_split().of(MemoryCategory::parameters) - before, parameter_bytes);
+  tracker.reset_peak();
+  gpu.train_step();
+  EXPECT_GT(tracker.category_peaks().of(MemoryCategory::activations), 0);
+  EXPECT_GT(tracker.current_split().of(MemoryCategory::optimizer_state), 0);
 }
