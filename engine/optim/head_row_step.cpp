@@ -41,6 +41,9 @@ void HeadRowStepper::begin_step(const std::vector<torch::Tensor>& tokens, double
   touched_ = reached.nonzero().reshape({-1});
   position_ = torch::full({local}, -1, torch::kLong);
   position_.index_copy_(0, touched_, torch::arange(touched_.numel(), torch::kLong));
+  // Built on the host from the host's tokens; they index the weight's rows where those live.
+  touched_ = touched_.to(weight.device());
+  position_ = position_.to(weight.device());
   kept_ = torch::zeros({touched_.numel(), weight.size(1)}, weight.options());
   earlier_ = torch::Tensor();
 }
