@@ -1,7 +1,7 @@
 // distill/pending_terms.h: a step's loss terms while they are formed, kept where the losses are
 // (on the GPU in a CUDA run): each micro-batch adds detached scalars, and settle_into() reads
-// them to the host in one transfer at the end of the step, so the step path never waits for the
-// device to learn a loss value.
+// them to the host in one transfer at the end of the step, with the step's other scalars (the
+// loss, the gradient norm), so the step path waits for the device once.
 #pragma once
 #include <torch/torch.h>
 
@@ -20,21 +20,32 @@ class PendingTerms {
     add_to(sums_["pair:" + student_capture], value);
     pairs_.emplace(student_capture, "pair:" + student_capture);
   }
-  // Adds every pending sum into `terms` (one device-to-host copy) and clears.
-  void settle_into(LossTerms& terms) {
-    if (sums_.empty()) return;
-    std::vector<torch::Tensor> values;
-    for (const auto& [name, sum] : sums_) values.push_back(sum.reshape({1}));
-    const torch::Tensor host = torch::cat(values).to(torch::kCPU, torch::kDouble);
-    size_t i = 0;
+  // Any other scalar the step reads at its end (the loss, the gradient norm's square), summed
+  // under `name` and read in the same transfer.
+  void add_value(const std::string& name, const torch::Tensor& value) {
+    add_to(sums_["value:" + name], value);
+  }
+  // Adds every pending sum into `terms` (one device-to-host copy), clears, and returns the
+  // add_value() sums by name.
+  std::map<std::string, double> settle_into(LossTerms& terms) {
+    std::map<std::string, double> values;
+    if (sums_.empty()) return values;
+    std::vector<torch::Tensor> pending;
+    for (const auto& [name, sum] : sums_) pending.push_back(sum.reshape({1}));
+    const torch::Tensor host = torch::cat(pending).to(torch::kCPU, torch::kDouble);
+    const double* read_values = host.data_ptr<double>();
     std::map<std::string, double> read;
-    for (const auto& [name, sum] : sums_) read[name] = host[int64_t(i++)].item<double>();
+    size_t i = 0;
+    for (const auto& [name, sum] : sums_) read[name] = read_values[i++];
     terms.lm += read.count("lm") ? read["lm"] : 0.0;
     terms.logits += read.count("logits") ? read["logits"] : 0.0;
     terms.activations += read.count("activations") ? read["activations"] : 0.0;
     for (const auto& [pair, name] : pairs_) terms.per_pair[pair] += read[name];
+    for (const auto& [name, value] : read)
+      if (name.rfind("value:", 0) == 0) values[name.substr(6)] = value;
     sums_.clear();
     pairs_.clear();
+    return values;
   }
 
  private:

@@ -109,7 +109,7 @@ torch::Tensor grad_square(const layers::Parameter& p) {
   return p.value.grad().norm().to(torch::kDouble).square();
 }
 
-double grad_norm_from_squares(const layers::ParameterStore& store,
+torch::Tensor grad_square_sum(const layers::ParameterStore& store,
                               const std::vector<torch::Tensor>& squares,
                               const layers::TensorParallel& tp,
                               parallel::Communicator* sharded_over,
@@ -131,15 +131,30 @@ double grad_norm_from_squares(const layers::ParameterStore& store,
   torch::Tensor total = sharded + replicated;
   for (parallel::Communicator* group : {sharded_over, pipeline})
     if (group && group->size() > 1) group->all_reduce(total);
-  return std::sqrt(total.item<double>());
+  return total;
+}
+
+double grad_norm_from_squares(const layers::ParameterStore& store,
+                              const std::vector<torch::Tensor>& squares,
+                              const layers::TensorParallel& tp,
+                              parallel::Communicator* sharded_over,
+                              parallel::Communicator* pipeline) {
+  return std::sqrt(grad_square_sum(store, squares, tp, sharded_over, pipeline).item<double>());
+}
+
+torch::Tensor global_grad_square_sum(const layers::ParameterStore& store,
+                                     const layers::TensorParallel& tp,
+                                     parallel::Communicator* sharded_over,
+                                     parallel::Communicator* pipeline) {
+  std::vector<torch::Tensor> squares;
+  for (const auto& p : store.all())
+    squares.push_back(p.spec.frozen() || p.spec.tied_copy ? torch::Tensor() : grad_square(p));
+  return grad_square_sum(store, squares, tp, sharded_over, pipeline);
 }
 
 double global_grad_norm(const layers::ParameterStore& store, const layers::TensorParallel& tp,
                         parallel::Communicator* sharded_over, parallel::Communicator* pipeline) {
-  std::vector<torch::Tensor> squares;
-  for (const auto& p : store.all())
-    squares.push_back(p.spec.frozen() || p.spec.tied_copy ? torch::Tensor() : grad_square(p));
-  return grad_norm_from_squares(store, squares, tp, sharded_over, pipeline);
+  return std::sqrt(global_grad_square_sum(store, tp, sharded_over, pipeline).item<double>());
 }
 
 double clip_scale(double norm, double max_norm) {

@@ -67,6 +67,19 @@ class AdamW {
 double global_grad_norm(const layers::ParameterStore& store, const layers::TensorParallel& tp = {},
                         parallel::Communicator* sharded_over = nullptr,
                         parallel::Communicator* pipeline = nullptr);
+// The square of global_grad_norm, summed and reduced where the gradients are (a float64 [1]
+// tensor on their device; nothing read to the host).
+torch::Tensor global_grad_square_sum(const layers::ParameterStore& store,
+                                     const layers::TensorParallel& tp = {},
+                                     parallel::Communicator* sharded_over = nullptr,
+                                     parallel::Communicator* pipeline = nullptr);
+// The same from each parameter's squared gradient norm (undefined: no gradient), as recorded
+// before optimizer-in-backward freed the gradients.
+torch::Tensor grad_square_sum(const layers::ParameterStore& store,
+                              const std::vector<torch::Tensor>& squares,
+                              const layers::TensorParallel& tp = {},
+                              parallel::Communicator* sharded_over = nullptr,
+                              parallel::Communicator* pipeline = nullptr);
 // The same from each parameter's squared gradient norm (undefined: no gradient), recorded
 // before optimizer-in-backward freed the gradients. The squares are summed and reduced where
 // they are (on the GPU for CUDA gradients): the norm is read to the host once.

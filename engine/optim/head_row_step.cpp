@@ -4,6 +4,16 @@
 #include <algorithm>
 
 namespace retort::engine {
+namespace {
+
+// `index` (built on the host) where `like` lives: through pinned memory without waiting on a
+// GPU, as it is on the CPU.
+torch::Tensor beside(const torch::Tensor& index, const torch::Tensor& like) {
+  if (index.device() == like.device()) return index;
+  return index.pin_memory().to(like.device(), /*non_blocking=*/true);
+}
+
+}  // namespace
 
 HeadRowStepper::HeadRowStepper(layers::ParameterStore& store, AdamW* optimizer,
                                parallel::Communicator& dp, const HeadRowStepOptions& options)
@@ -42,8 +52,9 @@ void HeadRowStepper::begin_step(const std::vector<torch::Tensor>& tokens, double
   position_ = torch::full({local}, -1, torch::kLong);
   position_.index_copy_(0, touched_, torch::arange(touched_.numel(), torch::kLong));
   // Built on the host from the host's tokens; they index the weight's rows where those live.
-  touched_ = touched_.to(weight.device());
-  position_ = position_.to(weight.device());
+  position_on_host_ = position_;
+  touched_ = beside(touched_, weight);
+  position_ = beside(position_, weight);
   kept_ = torch::zeros({touched_.numel(), weight.size(1)}, weight.options());
   earlier_ = torch::Tensor();
 }
@@ -59,12 +70,15 @@ void HeadRowStepper::take_rows(int64_t row_begin, torch::Tensor grad) {
   layers::Parameter& p = store_.all()[options_.index];
   const int64_t rows = grad.size(0);
   const torch::Tensor& accumulated = p.value.grad();  // earlier micro-batches of the step
-  torch::Tensor positions = position_.narrow(0, row_begin, rows);
-  torch::Tensor kept_rows = (positions >= 0).nonzero().reshape({-1});  // block-relative
+  // Which rows of the block are kept, found on the host (no wait for the device), then
+  // placed with the gradient.
+  const torch::Tensor positions = position_on_host_.narrow(0, row_begin, rows);
+  const torch::Tensor kept_on_host = (positions >= 0).nonzero().reshape({-1});  // block-relative
+  const torch::Tensor kept_rows = beside(kept_on_host, grad);
   if (kept_rows.numel() > 0) {
     // Their gradient is not final yet: the lookup's rows add to this micro-batch's part
     // before earlier micro-batches' sum does, as autograd would add them.
-    torch::Tensor where = positions.index_select(0, kept_rows);
+    const torch::Tensor where = beside(positions.index_select(0, kept_on_host), grad);
     kept_.index_copy_(0, where, grad.index_select(0, kept_rows));
     grad.index_fill_(0, kept_rows, 0);
     if (accumulated.defined()) {
@@ -132,10 +146,15 @@ void HeadRowStepper::complete() {
 void HeadRowStepper::add_lookup_rows(const torch::Tensor& lookup) {
   if (lookup.defined()) {
     if (lookup.is_sparse()) {  // one row per token, added in order as a dense sum would
-      torch::Tensor where = position_.index_select(0, lookup._indices().reshape({-1}));
-      torch::Tensor valid = (where >= 0).nonzero().reshape({-1});
-      // Entries outside the kept rows are the zero rows of tokens another TP rank holds.
-      kept_.index_add_(0, where.index_select(0, valid), lookup._values().index_select(0, valid));
+      const torch::Tensor where = position_.index_select(0, lookup._indices().reshape({-1}));
+      // Entries outside the kept rows (-1) are the zero rows of tokens another TP rank holds:
+      // added as zeros to row 0, which leaves it exactly as it is, with no wait for the device
+      // to count the valid ones.
+      const torch::Tensor values = lookup._values();
+      if (kept_.size(0) > 0)
+        kept_.index_add_(
+            0, where.clamp_min(0),
+            torch::where((where >= 0).unsqueeze(1), values, torch::zeros({}, values.options())));
     } else {
       kept_.add_(lookup.index_select(0, touched_));
     }

@@ -110,6 +110,7 @@ class HeadRowStepper : public layers::HeadGradSink {
   int64_t rows_streamed_ = 0, blocks_reduced_ = 0;
   torch::Tensor touched_;             // sorted local rows the lookup reaches (int64)
   torch::Tensor position_;            // per local row: its place in touched_, or -1
+  torch::Tensor position_on_host_;    // the same on the host, for the per-block bookkeeping
   torch::Tensor kept_;                // [touched, h]: the head's gradient of those rows
   torch::Tensor earlier_;             // [touched, h]: their sum over earlier micro-batches, if any
   std::vector<PendingBlock> blocks_;  // reduce-only: launched block reductions

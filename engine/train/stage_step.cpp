@@ -70,9 +70,9 @@ std::set<std::string> StageStep::teacher_captures(const StepInspector* inspector
   return wanted;
 }
 
-double StageStep::train(parallel::Communicator& pp, const std::vector<MicroBatch>& micro,
-                        double target_count, int64_t step, GradientSync& sync,
-                        StepInspector* inspector, distill::LossTerms& terms, StepTimes& times) {
+void StageStep::train(parallel::Communicator& pp, const std::vector<MicroBatch>& micro,
+                      double target_count, int64_t step, GradientSync& sync,
+                      StepInspector* inspector, distill::PendingTerms& pending, StepTimes& times) {
   const layers::LlamaModel& student = *models_.student;
   distill::Distiller* distiller = models_.distiller;
   distill::Teacher* teacher = models_.teacher;
@@ -85,9 +85,7 @@ double StageStep::train(parallel::Communicator& pp, const std::vector<MicroBatch
   const int64_t batch = micro.at(0).tokens.size(0);
   std::vector<InFlight> in_flight(micro.size());
   // The loss and its terms stay where the losses are formed until the step's end: one read to
-  // the host per step, not one per micro-batch.
-  torch::Tensor loss_value;
-  distill::PendingTerms pending;
+  // the host per step (the caller's), not one per micro-batch.
 
   parallel::PipelineStage runner;
   runner.activation_shape = hidden_shape(batch, student_width + teacher_width);
@@ -155,8 +153,7 @@ double StageStep::train(parallel::Communicator& pp, const std::vector<MicroBatch
       loss = loss.defined() ? loss + head : head;
     }
     if (loss.defined()) {
-      const torch::Tensor value = loss.detach().to(torch::kDouble);
-      loss_value = loss_value.defined() ? loss_value + value : value;
+      pending.add_value("loss", loss);
       flight.loss_edge = edge_of(loss);
       flight.loss_seed = torch::ones({}, loss.options());
     }
@@ -199,8 +196,6 @@ double StageStep::train(parallel::Communicator& pp, const std::vector<MicroBatch
   times.schedule_s += seconds_since(start);
   if (time_pipeline)
     inspector->pipeline_timing = {times.forward_s + times.backward_s, times.schedule_s};
-  pending.settle_into(terms);
-  return loss_value.defined() ? loss_value.item<double>() : 0.0;
 }
 
 double StageStep::evaluate(parallel::Communicator& pp, const std::vector<MicroBatch>& micro) {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "distill/distillation.h"
+#include "distill/pending_terms.h"
 #include "engine/optim/grad_sync.h"
 #include "engine/train/step_inspector.h"
 #include "engine/train/step_result.h"
@@ -46,11 +47,12 @@ class StageStep {
 
   // One training step's micro-batches through this stage over the pipeline group `pp`
   // (size one without pipeline parallelism), each loss divided by target_count. Gradients
-  // accumulate into .grad(); `sync` is armed before the last backward. Returns this stage's
-  // part of the loss; `terms` and `times` receive this stage's parts.
-  double train(parallel::Communicator& pp, const std::vector<MicroBatch>& micro,
-               double target_count, int64_t step, GradientSync& sync, StepInspector* inspector,
-               distill::LossTerms& terms, StepTimes& times);
+  // accumulate into .grad(); `sync` is armed before the last backward. This stage's part of the
+  // loss (as value "loss") and of its terms go to `pending`, still on the device; `times`
+  // receives this stage's times.
+  void train(parallel::Communicator& pp, const std::vector<MicroBatch>& micro, double target_count,
+             int64_t step, GradientSync& sync, StepInspector* inspector,
+             distill::PendingTerms& pending, StepTimes& times);
   // Optimizer-in-backward: the LM head weight's gradient of each step's last micro-batch
   // goes to `sink` (formed in backward, block by block), not to autograd.
   void set_head_grad_sink(layers::HeadGradSink* sink) { head_grad_sink_ = sink; }

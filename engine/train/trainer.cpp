@@ -447,8 +447,9 @@ StepResult Trainer::train_step() {
   if (distiller_ && distiller_->uses_activations())  // every stage reports every pair
     for (const distill::ActivationPair& pair : distiller_->pairs())
       result.terms.per_pair[pair.student] = 0;
-  result.loss = stage_step_->train(mesh_.pp(), micro, target_count, result.step, *sync_, inspector_,
-                                   result.terms, result.times);
+  distill::PendingTerms pending;  // the step's scalars, read to the host once below
+  stage_step_->train(mesh_.pp(), micro, target_count, result.step, *sync_, inspector_, pending,
+                     result.times);
 
   auto start = clock::now();
   TraceSpan sync_span([] { return "retort gradient sync"; });
@@ -457,19 +458,24 @@ StepResult Trainer::train_step() {
     if (fault_injected(Fault::GradScaled)) p->value.mutable_grad().mul_(1 + 1e-3);
     if (fault_injected(Fault::GradMissing)) p->value.mutable_grad().reset();
   }
+  // The gradient norm's square, reduced on the gradients' device, read with the loss and its
+  // terms in the step's one transfer to the host.
+  if (in_backward && head_stepper_)
+    grad_squares_[head_stepper_->index()] = head_stepper_->grad_square();
+  pending.add_value(
+      "grad_square",
+      in_backward ? grad_square_sum(*store_, grad_squares_, tp_, sync_->sharded_over(), &mesh_.pp())
+                  : global_grad_square_sum(*store_, tp_, sync_->sharded_over(), &mesh_.pp()));
+  const std::map<std::string, double> read = pending.settle_into(result.terms);
+  result.loss = read.count("loss") ? read.at("loss") : 0.0;
+  const double grad_square = read.at("grad_square");
   sum_over_ranks(result);
   result.times.sync_s = seconds_since(start);
   sync_span.end();
   if (inspector_ && inspector_->on_gradients) inspector_->on_gradients(result);
 
   start = clock::now();
-  if (in_backward) {
-    if (head_stepper_) grad_squares_[head_stepper_->index()] = head_stepper_->grad_square();
-    result.grad_norm =
-        grad_norm_from_squares(*store_, grad_squares_, tp_, sync_->sharded_over(), &mesh_.pp());
-  } else {
-    result.grad_norm = global_grad_norm(*store_, tp_, sync_->sharded_over(), &mesh_.pp());
-  }
+  result.grad_norm = std::sqrt(grad_square);
   agree_on_step(result);
   TraceSpan optimizer_span([] { return "retort optimizer"; });
   if (result.skipped) {
