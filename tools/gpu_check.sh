@@ -245,7 +245,9 @@ else
 fi
 
 # 1. CUDA unit tests (the tests that need a GPU skip themselves without one)
-if step "CUDA unit tests" cuda_unit unit_torch_tests --gtest_filter='Cuda*:*OnCuda*:Nccl*' --gtest_brief=1; then
+# (the placement tests train on the pack's corpus and the checkout's configs)
+if step "CUDA unit tests" cuda_unit env RETORT_TEST_CORPUS="$corpus" RETORT_TEST_CONFIGS="$here/configs" \
+    unit_torch_tests --gtest_filter='Cuda*:*OnCuda*:Nccl*' --gtest_brief=1; then
   row "CUDA unit tests" ok "$(gtest_counts "$step_log")" $step_seconds
 else
   row "CUDA unit tests" FAILED "$(tail_reason "$step_log")" $step_seconds

@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cstdlib>
+
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/config/config.h"
 #include "engine/generate/generator.h"
@@ -21,12 +23,21 @@ using namespace retort::engine;
 
 namespace {
 
+// The build's corpus and configs, or (on the GPU machine, where this build's paths do not
+// exist) the ones tools/gpu_check.sh names in the environment.
+std::string from_environment(const char* name, const char* built) {
+  const char* given = std::getenv(name);
+  return given && *given ? given : built;
+}
+
 TrainConfig tiny_on(const std::string& device, const std::string& run_dir,
                     std::vector<std::string> keys = {}) {
-  keys.insert(keys.end(), {"data.paths=[" RETORT_TEST_CORPUS "]", "run.dir=" + run_dir,
-                           "runtime.peak_gflops=100", "training.steps=3", "training.eval_every=0",
-                           "runtime.device=" + device});
-  return make_train_config(Config::load(RETORT_TEST_CONFIGS "/tiny.yaml", keys), 1);
+  const std::string corpus = from_environment("RETORT_TEST_CORPUS", RETORT_TEST_CORPUS);
+  const std::string configs = from_environment("RETORT_TEST_CONFIGS", RETORT_TEST_CONFIGS);
+  keys.insert(keys.end(),
+              {"data.paths=[" + corpus + "]", "run.dir=" + run_dir, "runtime.peak_gflops=100",
+               "training.steps=3", "training.eval_every=0", "runtime.device=" + device});
+  return make_train_config(Config::load(configs + "/tiny.yaml", keys), 1);
 }
 
 // fp32 products stay fp32 on the GPU, so the comparison is of round-off alone.
