@@ -9,6 +9,11 @@
 namespace retort::layers {
 namespace {
 
+// The stream the caller's kernels run on for `device` (torch's current one).
+c10::Stream compute_stream(c10::Device device) {
+  return c10::impl::VirtualGuardImpl(device.type()).getStream(device);
+}
+
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
@@ -88,9 +93,10 @@ int64_t ActivationOffloader::put(const std::vector<torch::Tensor>& tensors) {
 
 void ActivationOffloader::copy_out(const std::vector<torch::Tensor>& tensors, Slot& slot) {
   slot.device = tensors.front().device();
-  const c10::impl::VirtualGuardImpl gpu(slot.device.type());
-  const c10::Stream compute = gpu.getStream(slot.device);
-  if (!side_) side_ = gpu.getStreamFromGlobalPool(slot.device, /*isHighPriority=*/false);
+  const c10::Stream compute = compute_stream(slot.device);
+  if (!side_)
+    side_ = c10::impl::VirtualGuardImpl(slot.device.type())
+                .getStreamFromGlobalPool(slot.device, /*isHighPriority=*/false);
   // The copies wait for the kernels that produced the tensors, not for anything after them.
   c10::Event produced(slot.device.type());
   produced.record(compute);
@@ -118,8 +124,7 @@ void ActivationOffloader::bring_back(Slot& slot) {
   } else {
     // After the copy out on the same stream; the pinned buffers go back to torch's host
     // allocator, which keeps them until this copy has read them.
-    const c10::impl::VirtualGuardImpl gpu(slot.device.type());
-    const c10::Stream compute = gpu.getStream(slot.device);
+    const c10::Stream compute = compute_stream(slot.device);
     const c10::StreamGuard on_side(*side_);
     for (torch::Tensor& t : slot.tensors) {
       torch::Tensor back =
@@ -147,10 +152,8 @@ std::vector<torch::Tensor> ActivationOffloader::take(int64_t id) {
   // One ahead: the predecessor's recomputation runs next in backward.
   auto previous = slots_.find(slot.previous);
   if (previous != slots_.end() && previous->second.on_host) bring_back(previous->second);
-  if (slot.copied) {  // the compute stream waits for this slot's copy back only
-    const c10::impl::VirtualGuardImpl gpu(slot.device.type());
-    slot.copied->block(gpu.getStream(slot.device));
-  }
+  // The compute stream waits for this slot's copy back only.
+  if (slot.copied) slot.copied->block(compute_stream(slot.device));
   return std::move(slot.tensors);
 }
 

@@ -56,14 +56,8 @@ class TrackingAllocator final : public c10::Allocator {
     TORCH_INTERNAL_ASSERT(inner.get() == inner.get_context() || inner.get() == nullptr,
                           "the base CPU allocator's blocks carry a context");
     void* data = inner.release_context();
-    const c10::Device device = inner.device();
-    if (data) {
-      const MemoryCategory category = current_memory_category();
-      std::lock_guard<std::mutex> lock(counters().mutex);
-      blocks()[data] = Block{static_cast<int64_t>(bytes), category};
-      counters().add(category, static_cast<int64_t>(bytes));
-    }
-    return {data, data, &release, device};
+    MemoryTracker::note_allocated(data, static_cast<int64_t>(bytes));
+    return {data, data, &release, inner.device()};
   }
 
   c10::DeleterFnPtr raw_deleter() const override { return &release; }
@@ -82,14 +76,7 @@ class TrackingAllocator final : public c10::Allocator {
   }
   static void release(void* data) {
     if (!data) return;
-    {
-      std::lock_guard<std::mutex> lock(counters().mutex);
-      auto it = blocks().find(data);
-      if (it != blocks().end()) {
-        counters().add(it->second.category, -it->second.bytes);
-        blocks().erase(it);
-      }
-    }
+    MemoryTracker::note_released(data);
     base_deleter()(data);
   }
   // The base allocator's deleter, set when the tracker is installed.
@@ -169,7 +156,7 @@ void MemoryTracker::note_allocated(void* data, int64_t bytes) {
 void MemoryTracker::note_released(void* data) {
   std::lock_guard<std::mutex> lock(counters().mutex);
   auto it = TrackingAllocator::blocks().find(data);
-  if (it == TrackingAllocator::blocks().end()) return;  // handed out before the tracker came
+  if (it == TrackingAllocator::blocks().end()) return;  // allocated before the tracker came
   counters().add(it->second.category, -it->second.bytes);
   TrackingAllocator::blocks().erase(it);
 }

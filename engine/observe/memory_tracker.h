@@ -50,8 +50,9 @@ class MemoryTracker {
   // Memory allocated outside torch's allocator (the shared-memory DP segments), filed under
   // `category` from now on; negative bytes when it is released.
   void add_outside(MemoryCategory category, int64_t bytes);
-  // Another allocator's block (the CUDA caching allocator's, engine/observe/cuda_memory_trace.h)
-  // handed out at `data`: filed under the current category until note_released(data).
+  // A block handed out at `data` (by the tracking CPU allocator, or the CUDA caching allocator
+  // through engine/observe/cuda_memory_trace.h): filed under the current category until
+  // note_released(data).
   static void note_allocated(void* data, int64_t bytes);
   static void note_released(void* data);
 };

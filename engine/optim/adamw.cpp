@@ -134,14 +134,6 @@ torch::Tensor grad_square_sum(const layers::ParameterStore& store,
   return total;
 }
 
-double grad_norm_from_squares(const layers::ParameterStore& store,
-                              const std::vector<torch::Tensor>& squares,
-                              const layers::TensorParallel& tp,
-                              parallel::Communicator* sharded_over,
-                              parallel::Communicator* pipeline) {
-  return std::sqrt(grad_square_sum(store, squares, tp, sharded_over, pipeline).item<double>());
-}
-
 torch::Tensor global_grad_square_sum(const layers::ParameterStore& store,
                                      const layers::TensorParallel& tp,
                                      parallel::Communicator* sharded_over,

@@ -80,14 +80,6 @@ torch::Tensor grad_square_sum(const layers::ParameterStore& store,
                               const layers::TensorParallel& tp = {},
                               parallel::Communicator* sharded_over = nullptr,
                               parallel::Communicator* pipeline = nullptr);
-// The same from each parameter's squared gradient norm (undefined: no gradient), recorded
-// before optimizer-in-backward freed the gradients. The squares are summed and reduced where
-// they are (on the GPU for CUDA gradients): the norm is read to the host once.
-double grad_norm_from_squares(const layers::ParameterStore& store,
-                              const std::vector<torch::Tensor>& squares,
-                              const layers::TensorParallel& tp = {},
-                              parallel::Communicator* sharded_over = nullptr,
-                              parallel::Communicator* pipeline = nullptr);
 // The squared norm of parameter p's gradient as a float64 scalar tensor on the gradient's
 // device (nothing read to the host); undefined without a gradient.
 torch::Tensor grad_square(const layers::Parameter& p);

@@ -16,19 +16,10 @@ using namespace retort::engine;
 
 namespace {
 
+// The small test model (tied) planned for DP2.
 TrainConfig planned(std::vector<std::string> keys) {
-  std::vector<std::string> all = {"data.paths=[" RETORT_TEST_CORPUS "]",
-                                  "model.layers=2",
-                                  "model.hidden=64",
-                                  "model.heads=8",
-                                  "model.kv_heads=2",
-                                  "model.ffn_hidden=128",
-                                  "data.seq_len=32",
-                                  "training.global_batch=8",
-                                  "training.micro_batch=2",
-                                  "model.tied_embeddings=true"};
-  all.insert(all.end(), keys.begin(), keys.end());
-  return make_train_config(Config::load(RETORT_TEST_CONFIGS "/tiny.yaml", all), 2);
+  keys.push_back("model.tied_embeddings=true");
+  return retort::test::small_trainer_config(keys, 2);
 }
 
 ClusterShape two_hosts() {

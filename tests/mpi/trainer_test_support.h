@@ -29,8 +29,10 @@ inline int world_size() {
 }
 
 // configs/tiny.yaml shrunk to a model of hidden 64, 2 layers, sequence 32, 8 samples a step in
-// micro-batches of 2, no evaluation or final checkpoint; `overrides` come after, so win.
-inline engine::TrainConfig small_trainer_config(const std::vector<std::string>& overrides) {
+// micro-batches of 2, no evaluation or final checkpoint; `overrides` come after, so win. For
+// `ranks` ranks (0: this world's).
+inline engine::TrainConfig small_trainer_config(const std::vector<std::string>& overrides,
+                                                int ranks = 0) {
   std::vector<std::string> all = {"data.paths=[" RETORT_TEST_CORPUS "]",
                                   "model.layers=2",
                                   "model.hidden=64",
@@ -46,7 +48,7 @@ inline engine::TrainConfig small_trainer_config(const std::vector<std::string>& 
                                   "runtime.threads=1"};
   all.insert(all.end(), overrides.begin(), overrides.end());
   return engine::make_train_config(engine::Config::load(RETORT_TEST_CONFIGS "/tiny.yaml", all),
-                                   world_size());
+                                   ranks > 0 ? ranks : world_size());
 }
 
 // Collective over the trainer's TP group (the gathers).

@@ -17,6 +17,7 @@
 #include "engine/train/trainer.h"
 #include "layers/recompute.h"
 #include "tests/support/scratch_dir.h"
+#include "tests/unit/generation_test.h"
 
 using namespace retort;
 using namespace retort::engine;
@@ -97,23 +98,14 @@ TEST(CudaPlacement, CheckpointSavedFromTheGpuReloadsOnTheCpu) {
 TEST(CudaPlacement, GreedyGenerationOnTheGpuGivesTheCpuTokens) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no GPU";
   without_tf32();
-  layers::ModelConfig config;
-  config.vocab_size = 300;
-  config.hidden = 64;
-  config.layers = 3;
-  config.heads = 4;
-  config.kv_heads = 2;
-  config.ffn_hidden = 96;
-  config.init_std = 0.2;
   // The same seed: the same initial values on either device.
-  layers::ParameterStore cpu_store(77, torch::kFloat),
-      gpu_store(77, torch::kFloat, {}, torch::kCUDA);
-  layers::LlamaModel on_cpu(config, cpu_store, {}), on_gpu(config, gpu_store, {});
+  const test::GenerationModel on_cpu = test::generation_model({}, torch::kFloat, torch::kCPU);
+  const test::GenerationModel on_gpu = test::generation_model({}, torch::kFloat, torch::kCUDA);
   SamplingOptions greedy;
   greedy.temperature = 0;
   greedy.max_tokens = 16;
   const std::vector<int64_t> prompt = {84, 104, 101, 32};
-  EXPECT_EQ(generate(on_gpu, prompt, greedy), generate(on_cpu, prompt, greedy));
+  EXPECT_EQ(generate(*on_gpu.model, prompt, greedy), generate(*on_cpu.model, prompt, greedy));
 }
 
 // Activation offloading of GPU tensors: through pinned host memory on a side stream, back in
