@@ -23,8 +23,19 @@ namespace {
 
 constexpr int kProbe = 1, kAnswer = 2;
 constexpr int kAnswerBytes = 200;
+// A rank whose whole group answered is stalled behind a rank of another group; the member
+// that waits on the silent rank names it at its own timeout. That member may have begun its
+// wait a little later (it was still computing while we already waited on it), so a wait
+// whose group all answered gives it this fraction of the timeout more before ending the job.
+constexpr double kGraceWhenAllAnswered = 0.5;
+
+// How long after a stop signal a wait that has not ended names the ranks it waits for: well
+// inside the second mpirun allows between its SIGTERM and its SIGKILL.
+constexpr double kStopSignalReportSeconds = 0.1;
 
 MPI_Comm liveness = MPI_COMM_NULL;
+int (*stop_signal_check)() = nullptr;
+bool stop_signal_reported = false;  // once per process: the first wait that outlasts it
 double timeout_seconds = 0;
 int my_rank = 0;
 std::deque<std::string> sent_answers;   // buffers of answers in flight (MPI reads them late)
@@ -101,17 +112,32 @@ std::string ranks_with_hosts(const std::vector<int>& ranks) {
   return text;
 }
 
-[[noreturn]] void report_and_abort(const WaitLabel& label, const std::vector<int>& members,
-                                   const std::vector<std::pair<int, std::string>>& answers) {
+// Asks each other member of the waited-on group whether it is alive (once per wait).
+void send_probes(const std::vector<int>& members) {
+  for (int r : members) {
+    if (r == my_rank) continue;
+    MPI_Request request;
+    MPI_Isend(&my_rank, 1, MPI_INT, r, kProbe, liveness, &request);
+    MPI_Request_free(&request);
+  }
+}
+
+// The members other than this rank that sent no answer.
+std::vector<int> silent_members(const std::vector<int>& members,
+                                const std::vector<std::pair<int, std::string>>& answers) {
   std::set<int> answered;
   for (const auto& a : answers) answered.insert(a.first);
+  std::vector<int> silent;
+  for (int r : members)
+    if (r != my_rank && !answered.count(r)) silent.push_back(r);
+  return silent;
+}
+
+[[noreturn]] void report_and_abort(const WaitLabel& label, const std::vector<int>& members,
+                                   const std::vector<std::pair<int, std::string>>& answers) {
   std::string ranks;
-  std::vector<int> silent_ranks;
-  for (int r : members) {
-    ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
-    if (r != my_rank && !answered.count(r)) silent_ranks.push_back(r);
-  }
-  const std::string silent = ranks_with_hosts(silent_ranks);
+  for (int r : members) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
+  const std::string silent = ranks_with_hosts(silent_members(members, answers));
   std::fprintf(stderr,
                "retort: rank %d: %s on group '%s' (world ranks %s) did not complete within "
                "runtime.collective_timeout_s=%g s. %s\n",
@@ -129,6 +155,22 @@ std::string ranks_with_hosts(const std::vector<int>& ranks) {
   std::abort();  // MPI_Abort does not return
 }
 
+// After a stop signal, in a wait that has not ended: the ranks it waits for, with their hosts.
+// No probes here: mpirun is ending the job because a process or a host died, and a first
+// connection to a dead process makes MPI's TCP transport end this one before it can report.
+void report_wait_on_stop_signal(const WaitLabel& label) {
+  std::vector<int> others;
+  if (label.group != MPI_COMM_NULL)
+    for (int r : world_ranks_of(label.group))
+      if (r != my_rank) others.push_back(r);
+  std::fprintf(stderr,
+               "retort: rank %d got a stop signal while waiting in %s on group '%s' for rank(s) "
+               "%s\n",
+               my_rank, label.op, label.group_name ? label.group_name->c_str() : "?",
+               others.empty() ? "?" : ranks_with_hosts(others).c_str());
+  std::fflush(stderr);
+}
+
 }  // namespace
 
 void init_collective_watchdog() {
@@ -136,6 +178,10 @@ void init_collective_watchdog() {
   MPI_Comm_rank(MPI_COMM_WORLD, &my_rank);
   MPI_Comm_dup(MPI_COMM_WORLD, &liveness);
   host_of_rank = gather_host_names(MPI_COMM_WORLD);  // a report names where silent ranks ran
+}
+
+void watch_stop_signal(int (*stop_signal_received)()) {
+  stop_signal_check = stop_signal_received;
 }
 
 void set_collective_timeout(double seconds) {
@@ -167,6 +213,7 @@ void wait_or_abort(const std::function<bool()>& done, const WaitLabel& label) {
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
   bool probed = false;
+  double stop_signal_at = -1;  // seconds into the wait when a stop signal was first seen
   std::vector<int> members;
   std::vector<std::pair<int, std::string>> answers;
   double previous_poll = 0;
@@ -183,18 +230,22 @@ void wait_or_abort(const std::function<bool()>& done, const WaitLabel& label) {
     }
     previous_poll = waited;
     answer_probes(label, waited);
+    if (stop_signal_at < 0 && stop_signal_check && stop_signal_check() != 0)
+      stop_signal_at = waited;
+    if (stop_signal_at >= 0 && !stop_signal_reported &&
+        waited >= stop_signal_at + kStopSignalReportSeconds) {
+      stop_signal_reported = true;
+      report_wait_on_stop_signal(label);
+    }
     if (!probed && waited >= 0.5 * timeout_seconds) {
       probed = true;
       members = label.group != MPI_COMM_NULL ? world_ranks_of(label.group) : std::vector<int>{};
-      for (int r : members) {
-        if (r == my_rank) continue;
-        MPI_Request request;
-        MPI_Isend(&my_rank, 1, MPI_INT, r, kProbe, liveness, &request);
-        MPI_Request_free(&request);
-      }
+      send_probes(members);
     }
     if (probed) collect_answers(answers);
-    if (waited >= timeout_seconds) report_and_abort(label, members, answers);
+    if (waited >= timeout_seconds && (!silent_members(members, answers).empty() ||
+                                      waited >= (1 + kGraceWhenAllAnswered) * timeout_seconds))
+      report_and_abort(label, members, answers);
     sched_yield();  // ranks may outnumber cores
   }
 }

@@ -33,6 +33,13 @@ struct WaitLabel {
   std::function<void()> before_abort;
 };
 
+// Where a stop signal is looked up (engine_train: engine::stop_signal_received; 0 for none).
+// When a process or a whole host dies, mpirun sends SIGTERM to every other rank and SIGKILL
+// a second later: a rank whose wait has not ended shortly after a stop signal prints the
+// ranks it waits for, with their hosts (after mpirun's own message naming the dead host), and
+// carries on waiting (a pre-emption of a healthy job still saves).
+void watch_stop_signal(int (*stop_signal_received)());
+
 // MPI_Waitall on `requests`, or, past the timeout, a report on stderr and MPI_Abort.
 void wait_or_abort(std::vector<MPI_Request>& requests, const WaitLabel& label);
 // The same for a wait on anything else (shared memory): polls `done` until it returns true.

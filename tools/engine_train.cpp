@@ -22,6 +22,7 @@
 #include "engine/plan/plan.h"
 #include "engine/train/stop_signal.h"
 #include "engine/train/trainer.h"
+#include "parallel/collective_watchdog.h"
 #include "parallel/mesh.h"
 #include "parallel/mpi_runtime.h"
 
@@ -150,6 +151,7 @@ int train(int argc, char** argv, const parallel::MpiRuntime& mpi) {
       mpi.world_rank());
   trainer->set_terminal(root && engine::stdout_is_terminal());
   engine::install_stop_signal_handlers();  // SIGTERM/SIGINT: finish the step, save, exit 0
+  parallel::watch_stop_signal(engine::stop_signal_received);  // names the silent on a stop
   trainer->run();
   return 0;
 }

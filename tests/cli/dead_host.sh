@@ -2,8 +2,9 @@
 # tests/cli/dead_host.sh: a dead host. `engine_train` runs TP2 x DP2 on two simulated hosts
 # (tools/sim_hosts.sh; TP within a host, DP across), saving a checkpoint every 10 steps.
 # Killing every process of the second host's namespace ends the job, with a non-zero exit
-# code, within runtime.collective_timeout_s + 10 s; the output names that host, and the
-# start-up banner names its ranks. The checkpoints saved before stay whole, and
+# code, within runtime.collective_timeout_s + 10 s; the output names that host (mpirun's
+# message) and its ranks (a survivor's wait, interrupted by mpirun's SIGTERM, names the ranks
+# it waits for and their host). The checkpoints saved before stay whole, and
 # checkpoint.load=auto resumes from the last one to the end with, step for step, bitwise the
 # loss and gradient norm of the same run left uninterrupted. Skips (77) where namespaces
 # cannot be made.
@@ -52,6 +53,8 @@ awk '!/^retort: / && /host1/' "$work/dead.log" | head -3 || true
 # awk, not grep -v | grep -q: with pipefail, -q's early exit can fail the first grep (SIGPIPE).
 awk '!/^retort: / && /host1/ { found = 1 } END { exit !found }' "$work/dead.log" ||
   { echo "FAIL: the end of the job does not name host1"; cat "$work/dead.log"; exit 1; }
+grep -E "^retort: rank [01] got a stop signal while waiting .* for rank\(s\) [23](, [23])? on host1" \
+  "$work/dead.log" || { echo "FAIL: no survivor names host1's ranks"; cat "$work/dead.log"; exit 1; }
 after=$(ls "$work/dead/checkpoints" | grep '^step_' | tr '\n' ' ')
 [ "$before" = "$after" ] || { echo "FAIL: checkpoints were $before, now $after"; exit 1; }
 
