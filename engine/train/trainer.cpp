@@ -23,6 +23,7 @@
 #include "engine/observe/metrics.h"
 #include "engine/train/stop_signal.h"
 #include "kernels/dispatch.h"
+#include "layers/compute_copy.h"
 #include "layers/sharding.h"
 #include "parallel/communicator.h"
 #include "parallel/rank_device.h"
@@ -225,6 +226,9 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
 
 Trainer::~Trainer() {
   MemoryTracker::install().add_outside(MemoryCategory::gradients, -shared_gradient_bytes_);
+  // The 16-bit copies of this trainer's weights go with it: the process-wide cache would
+  // otherwise hold them until its next cast, inside whatever runs next.
+  layers::clear_compute_copies();
 }
 
 void Trainer::finish_resume(const std::string& path) {
