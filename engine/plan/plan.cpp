@@ -228,9 +228,33 @@ PlanMemory plan_memory(const TrainConfig& c, const PlanRank& rank) {
   // with 16-bit activations its input's gradient is summed over the sequence's shards in a
   // float32 copy (parallel/communicator.h), the whole sequence's.
   const int64_t widened_sum = full && sequence && bf16 ? tokens * h * 4 : 0;
-  mem.activations = in_flight * tokens * (kept + outside) + widened_sum +
-                    (full ? tokens * (block - residual * element) : 0) +
-                    (stage.last ? std::min(head_chunk, tokens) * vocab_rows * element : 0);
+  const int64_t logits_chunk = stage.last ? std::min(head_chunk, tokens) * vocab_rows * element : 0;
+  const int64_t saved = in_flight * tokens * (kept + outside);
+  const int64_t recomputed = full ? tokens * (block - residual * element) : 0;
+  mem.activations = saved + widened_sum + recomputed + logits_chunk;
+  // The peak. At the end of the forward that fills the pipeline: the saved activations and
+  // one logits chunk, and the gradient buffers only when a backward already ran in this step
+  // (more micro-batches than in flight). In the stage's last block's MLP backward: the saved
+  // activations (and the block recomputed under full), less the logits chunk (freed by the
+  // loss's backward) and SwiGLU's product (freed by the down projection's backward); beside
+  // them the incoming gradient (whole-sequence under STP), the product's and the gate|up
+  // pair's gradients; the gradients formed by then: every buffer after an earlier backward of
+  // this step, else the down projection's (and on the last stage the head's and final norm's).
+  const bool backward_before = c.accumulation_steps() > in_flight;
+  const int64_t product = tokens * f * element;
+  const int64_t first_gradients = (h * f + (stage.last ? vocab_rows * h + h : 0)) * main;
+  const int64_t forward_end = saved + logits_chunk + (backward_before ? mem.gradients : 0);
+  const int64_t in_backward =
+      saved + widened_sum + recomputed - product + tokens * (h + 3 * f) * element +
+      (backward_before ? mem.gradients : std::min(mem.gradients, first_gradients));
+  if (forward_end >= in_backward) {
+    mem.peak_activations = saved + logits_chunk;
+    mem.peak_gradients = backward_before ? mem.gradients : 0;
+  } else {
+    mem.peak_activations = saved + widened_sum + recomputed - product;
+    mem.peak_gradients = backward_before ? mem.gradients : std::min(mem.gradients, first_gradients);
+    mem.peak_temporaries = tokens * (h + 3 * f) * element;
+  }
   if (c.distill.enabled) {
     const layers::ModelConfig& t = c.distill.teacher;
     TrainConfig teacher_config = c;
@@ -343,6 +367,10 @@ std::string plan_report(const TrainConfig& c, const ClusterShape& cluster) {
       {"teacher", worst.teacher}};
   for (const auto& [name, n] : categories)
     if (n > 0) os << "  " << name << ": " << format_bytes(n) << "\n";
+  os << "  at the peak (" << (worst.peak_temporaries > 0 ? "in backward" : "end of forward")
+     << "): saved activations " << format_bytes(worst.peak_activations) << ", gradients "
+     << format_bytes(worst.peak_gradients) << ", backward temporaries "
+     << format_bytes(worst.peak_temporaries) << "\n";
   if (c.runtime.kernels == KernelChoice::aten)
     os << "  (saved activations are modelled on Retort's own kernels; runtime.kernels=aten "
           "keeps more for backward)\n";

@@ -66,15 +66,24 @@ struct ClusterShape {
   DeviceKind device;
 };
 
+// Bytes per rank by category, and the peak. Gradient buffers exist from a step's first
+// backward until its optimizer step, and saved activations fall as backward runs, so the
+// peak is not the sum of the categories' sizes: it is the larger of the end of the last
+// forward before a backward, and the stage's last block's MLP backward (its gradients beside
+// the activations still saved).
 struct PlanMemory {
   int64_t weights = 0;       // compute copies (bf16 under mixed precision; else the main)
   int64_t main_weights = 0;  // fp32 main weights under mixed precision (else 0)
   int64_t gradients = 0;     // fp32 (or float64) accumulation buffers
   int64_t optimizer = 0;     // AdamW's two moments (this rank's share under ZeRO-1)
-  int64_t activations = 0;   // saved for backward, for the checkpointing mode
+  int64_t activations = 0;   // saved for backward, for the checkpointing mode (their peak)
   int64_t teacher = 0;       // teacher weights (bf16 under mixed precision) and its captures
+  // At the peak: saved activations, gradient buffers, and backward's temporaries (the MLP's
+  // incoming gradient and its two inner gradients).
+  int64_t peak_activations = 0, peak_gradients = 0, peak_temporaries = 0;
   int64_t total() const {
-    return weights + main_weights + gradients + optimizer + activations + teacher;
+    return weights + main_weights + optimizer + teacher + peak_activations + peak_gradients +
+           peak_temporaries;
   }
 };
 PlanMemory plan_memory(const TrainConfig& config, const PlanRank& rank);
