@@ -34,6 +34,39 @@ class HeadGradSink {
   virtual torch::Tensor whole_gradient_memory() { return {}; }
 };
 
+// For a head tied to the embedding on the same stage: the head's whole gradient is kept
+// here, not returned to autograd, until backward reaches the lookup, whose row-sparse gradient
+// adds into it in place (vocab_parallel_embedding, add_lookup_gradient); the lookup returns
+// the sum, which autograd adopts as .grad() or adds into it. Autograd, handed the dense and
+// then the sparse gradient of one tensor, would sum them out of place: one more [vocab, h]
+// tensor at the end of backward. The additions and their order are autograd's, so the sums
+// are bitwise the same.
+class TiedHeadGradientSink final : public HeadGradSink {
+ public:
+  explicit TiedHeadGradientSink(torch::Tensor weight) : weight_(std::move(weight)) {}
+  bool streams() const override { return false; }
+  int64_t block_rows(int64_t rows) const override { return rows; }
+  void take_rows(int64_t row_begin, torch::Tensor grad) override {
+    TORCH_CHECK(row_begin == 0 && grad.sizes() == weight_.sizes() && !head_grad_.defined(),
+                "TiedHeadGradientSink takes one whole gradient per backward");
+    head_grad_ = std::move(grad);
+  }
+  // Memory offered for the weight's gradient (layers/grad_destinations.h), when it has none.
+  torch::Tensor whole_gradient_memory() override { return take_grad_destination(weight_); }
+  // The lookup's gradient with the head's added, in the head's memory (the head's gradient
+  // went to another sink, or nowhere: the lookup's alone).
+  torch::Tensor add_lookup_gradient(const torch::Tensor& lookup_grad) {
+    if (!head_grad_.defined()) return lookup_grad;
+    torch::Tensor sum = std::move(head_grad_);
+    head_grad_ = torch::Tensor();
+    return sum.add_(lookup_grad);
+  }
+
+ private:
+  torch::Tensor weight_;
+  torch::Tensor head_grad_;  // from the head's backward until the lookup's
+};
+
 // A zeroed tensor of weight's shape, in accumulation_type (a 16-bit weight's gradient is summed
 // over chunks of tokens in float32, each chunk's product rounded once), for the head weight's whole
 // gradient: the sink's memory when it offers some of that shape and type; without a sink (the

@@ -36,6 +36,7 @@ LlamaModel::LlamaModel(const ModelConfig& config, ParameterStore& store, TensorP
   final_norm_ = store.create(norm);
   if (config.tied_embeddings && stage_.embedding) {
     lm_head_ = embed_;
+    tied_head_sink_ = std::make_unique<TiedHeadGradientSink>(lm_head_);
   } else if (config.tied_embeddings) {  // last pipeline stage: a copy of the first's
     ParamSpec copy = vocab_matrix_spec("embed.weight", config, padded);
     copy.tied_copy = true;
@@ -51,8 +52,8 @@ torch::Tensor LlamaModel::embed(const torch::Tensor& tokens) const {
   // Tied on this stage: the head's dense gradient arrives first and the lookup's rows add in.
   const bool tied_here = config_.tied_embeddings && stage_.head;
   // The rows in the compute type, as every weight is used, then in the stream's type.
-  torch::Tensor rows =
-      vocab_parallel_embedding(tokens, embed_, tp_, /*sparse_grad=*/tied_here, compute_type_);
+  torch::Tensor rows = vocab_parallel_embedding(tokens, embed_, tp_, /*sparse_grad=*/tied_here,
+                                                compute_type_, tied_head_sink_.get());
   return residual_type_ ? rows.to(*residual_type_) : rows;
 }
 

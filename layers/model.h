@@ -11,6 +11,7 @@
 #pragma once
 #include <torch/torch.h>
 
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -62,6 +63,9 @@ class LlamaModel {
   // [padded_vocab / tp, h] weight.
   torch::Tensor head_input(const torch::Tensor& hidden) const;
   const torch::Tensor& head_weight() const { return lm_head_; }
+  // With the head tied to the embedding on this stage: the sink that holds the head's
+  // gradient for the lookup's to add into (layers::TiedHeadGradientSink); null otherwise.
+  TiedHeadGradientSink* tied_head_sink() const { return tied_head_sink_.get(); }
   // weight_grad_sink (fused head only): the head weight's gradient goes there, not to autograd.
   torch::Tensor head_loss_sum(const torch::Tensor& hidden, const torch::Tensor& targets,
                               HeadGradSink* weight_grad_sink = nullptr) const;
@@ -101,6 +105,7 @@ class LlamaModel {
   int64_t head_chunk_tokens_ = 256;
   std::optional<torch::ScalarType> compute_type_, residual_type_;
   torch::Tensor embed_, final_norm_, lm_head_;
+  std::unique_ptr<TiedHeadGradientSink> tied_head_sink_;
   std::vector<Block> blocks_;
 };
 

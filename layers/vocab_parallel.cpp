@@ -330,9 +330,13 @@ struct StreamedHeadCrossEntropy : torch::autograd::Function<StreamedHeadCrossEnt
 // torch's sparse embedding backward gives) that saves the indices only: torch's saves the
 // weight, whose version check would refuse rows stepped before backward reaches the lookup
 // (optimizer-in-backward steps the tied head's rows first).
+// With a tied head's sink holding the head's dense gradient, backward returns that gradient
+// with the rows added in place instead.
 struct SparseRowLookup : torch::autograd::Function<SparseRowLookup> {
-  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor weight, torch::Tensor index) {
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor weight, torch::Tensor index,
+                               TiedHeadGradientSink* tied_head) {
     ctx->save_for_backward({index});
+    save_object(ctx, "tied_head", tied_head);
     ctx->saved_data["rows"] = weight.size(0);
     auto shape = index.sizes().vec();
     shape.push_back(weight.size(1));
@@ -344,8 +348,10 @@ struct SparseRowLookup : torch::autograd::Function<SparseRowLookup> {
     const torch::Tensor& grad = grad_outputs[0];
     const int64_t width = grad.size(-1);
     torch::Tensor values = grad.reshape({-1, width});
-    return {torch::_sparse_coo_tensor_unsafe(
-                index, values, {ctx->saved_data["rows"].toInt(), width}, grad.options()),
+    torch::Tensor rows = torch::_sparse_coo_tensor_unsafe(
+        index, values, {ctx->saved_data["rows"].toInt(), width}, grad.options());
+    TiedHeadGradientSink* tied_head = saved_object<TiedHeadGradientSink*>(ctx, "tied_head");
+    return {tied_head ? tied_head->add_lookup_gradient(rows) : rows, torch::Tensor(),
             torch::Tensor()};
   }
 };
@@ -377,10 +383,11 @@ torch::Tensor fused_head_cross_entropy_sum(const torch::Tensor& x, const torch::
 
 torch::Tensor vocab_parallel_embedding(const torch::Tensor& tokens, const torch::Tensor& weight,
                                        const TensorParallel& tp, bool sparse_grad,
-                                       std::optional<torch::ScalarType> type) {
+                                       std::optional<torch::ScalarType> type,
+                                       TiedHeadGradientSink* tied_head) {
   auto lookup = [&](const torch::Tensor& index) {
     torch::Tensor rows = sparse_grad && weight.requires_grad() && torch::GradMode::is_enabled()
-                             ? SparseRowLookup::apply(weight, index)
+                             ? SparseRowLookup::apply(weight, index, tied_head)
                              : torch::embedding(weight, index, /*padding_idx=*/-1,
                                                 /*scale_grad_by_freq=*/false, false);
     // Only the rows looked up are cast (their gradient returns in the weight's type).

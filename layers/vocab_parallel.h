@@ -17,9 +17,12 @@ namespace retort::layers {
 // is row-sparse (only when another use of the weight, the tied LM head, gives it a dense
 // gradient to add into: [vocab, h] then exists once, not three times, at the end of backward).
 // type: the rows are cast to it (the compute type under mixed precision); default the weight's.
+// tied_head (with sparse_grad): where the tied head left its dense gradient, which the rows'
+// gradient adds into in place (TiedHeadGradientSink).
 torch::Tensor vocab_parallel_embedding(const torch::Tensor& tokens, const torch::Tensor& weight,
                                        const TensorParallel& tp, bool sparse_grad = false,
-                                       std::optional<torch::ScalarType> type = std::nullopt);
+                                       std::optional<torch::ScalarType> type = std::nullopt,
+                                       TiedHeadGradientSink* tied_head = nullptr);
 
 // logits [..., local_vocab] on each rank, targets [...] with kIgnoreIndex for padding.
 // Returns the per-token loss [...] (0 where ignored), identical on every TP rank.

@@ -87,6 +87,14 @@ void StageStep::train(parallel::Communicator& pp, const std::vector<MicroBatch>&
   // The loss and its terms stay where the losses are formed until the step's end: one read to
   // the host per step (the caller's), not one per micro-batch.
 
+  // Tied on this stage: the head's gradient waits for the lookup's sparse rows, which add into
+  // it in place (layers::TiedHeadGradientSink), unless a sink of the trainer's takes it (the
+  // last micro-batch's).
+  layers::HeadGradSink* tied_head =
+      student.head_weight().defined() && student.head_weight().requires_grad()
+          ? student.tied_head_sink()
+          : nullptr;
+
   parallel::PipelineStage runner;
   runner.activation_shape = hidden_shape(batch, student_width + teacher_width);
   runner.gradient_shape = hidden_shape(batch, student_width);
@@ -132,7 +140,9 @@ void StageStep::train(parallel::Communicator& pp, const std::vector<MicroBatch>&
       TraceSpan span([] { return "retort head and loss"; });
       torch::Tensor head;
       // The last micro-batch's backward makes the head weight's gradient final.
-      layers::HeadGradSink* head_sink = m + 1 == micro_batches ? head_grad_sink_ : nullptr;
+      layers::HeadGradSink* head_sink = m + 1 == micro_batches && head_grad_sink_ ? head_grad_sink_
+                                        : tied_head                               ? tied_head
+                                                                                  : nullptr;
       if (!distiller) {
         head = student.head_loss_sum(x, micro_batch.targets, head_sink) / target_count;
       } else {

@@ -5,7 +5,8 @@
 // gradients no larger than the trainable parameters; offloading moves bytes into the host
 // store only when switched on and, with full checkpointing, lowers the activation peak, which
 // moves late into backward where gradients pile up; the optimizer step inside backward then
-// lowers the gradient bytes at the peak.
+// lowers the gradient bytes at the peak. A head tied to the embedding sums its gradient and
+// the lookup's in place.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -147,4 +148,32 @@ TEST(MemoryAccounting, CategoryPeaksAreEachCategorysOwnLargest) {
             start.of(MemoryCategory::activations) + (int64_t(1) << 20));
   EXPECT_EQ(memory.category_peaks().of(MemoryCategory::gradients),
             start.of(MemoryCategory::gradients) + (int64_t(2) << 20));
+}
+
+// With the head tied to the embedding, backward adds the lookup's row-sparse gradient into
+// the head's dense one in place: no second [vocab, h] gradient is ever allocated, in either
+// micro-batch (the first's gradient becomes .grad(), the second's adds into it). Autograd,
+// given both, would sum them out of place.
+TEST(MemoryAccounting, TiedHeadAndLookupGradientsSumInPlace) {
+  MemoryTracker& tracker = MemoryTracker::install();
+  const TrainConfig config = make_train_config(
+      Config::load(RETORT_TEST_CONFIGS "/tiny.yaml",
+                   {"data.paths=[" RETORT_TEST_CORPUS "]", "model.vocab_size=4096",
+                    "model.hidden=64", "model.layers=2", "model.ffn_hidden=128",
+                    "model.tied_embeddings=true", "data.seq_len=32", "training.micro_batch=2",
+                    "training.global_batch=4", "training.eval_every=0",
+                    "checkpoint.save_at_end=false", "memory.activation_checkpointing=full"}),
+      1);
+  Trainer trainer(config, nullptr);
+  trainer.train_step();
+  const int64_t other_before = tracker.current_split().of(MemoryCategory::other);
+  tracker.reset_peak();
+  trainer.train_step();
+  int64_t head_gradient_bytes = 0;  // the embedding's, which is the head
+  for (const auto& p : trainer.parameters().all())
+    if (p.spec.name == "embed.weight")
+      head_gradient_bytes = p.value.numel() * int64_t(sizeof(float));
+  ASSERT_EQ(head_gradient_bytes, 4096 * 64 * int64_t(sizeof(float)));
+  EXPECT_LT(tracker.category_peaks().of(MemoryCategory::other) - other_before,
+            head_gradient_bytes / 2);
 }
