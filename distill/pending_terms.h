@@ -23,7 +23,7 @@ class PendingTerms {
   // Any other scalar the step reads at its end (the loss, the gradient norm's square), summed
   // under `name` and read in the same transfer.
   void add_value(const std::string& name, const torch::Tensor& value) {
-    add_to(sums_["value:" + name], value);
+    add_to(sums_[kValuePrefix + name], value);
   }
   // Adds every pending sum into `terms` (one device-to-host copy), clears, and returns the
   // add_value() sums by name.
@@ -42,13 +42,15 @@ class PendingTerms {
     terms.activations += read.count("activations") ? read["activations"] : 0.0;
     for (const auto& [pair, name] : pairs_) terms.per_pair[pair] += read[name];
     for (const auto& [name, value] : read)
-      if (name.rfind("value:", 0) == 0) values[name.substr(6)] = value;
+      if (name.rfind(kValuePrefix, 0) == 0) values[name.substr(kValuePrefix.size())] = value;
     sums_.clear();
     pairs_.clear();
     return values;
   }
 
  private:
+  // Keys of add_value()'s sums, apart from the terms'.
+  static inline const std::string kValuePrefix = "value:";
   static const char* name_of(Term term) {
     switch (term) {
       case Term::lm:

@@ -241,19 +241,20 @@ PlanMemory plan_memory(const TrainConfig& c, const PlanRank& rank) {
   // pair's gradients; the gradients formed by then: every buffer after an earlier backward of
   // this step, else the down projection's (and on the last stage the head's and final norm's).
   const bool backward_before = c.accumulation_steps() > in_flight;
-  const int64_t product = tokens * f * element;
   const int64_t first_gradients = (h * f + (stage.last ? vocab_rows * h + h : 0)) * main;
+  const int64_t gradients_in_backward =
+      backward_before ? mem.gradients : std::min(mem.gradients, first_gradients);
+  const int64_t activations_in_backward =
+      saved + widened_sum + recomputed - tokens * f * element;  // less SwiGLU's product
+  const int64_t temporaries = tokens * (h + 3 * f) * element;
   const int64_t forward_end = saved + logits_chunk + (backward_before ? mem.gradients : 0);
-  const int64_t in_backward =
-      saved + widened_sum + recomputed - product + tokens * (h + 3 * f) * element +
-      (backward_before ? mem.gradients : std::min(mem.gradients, first_gradients));
-  if (forward_end >= in_backward) {
+  if (forward_end >= activations_in_backward + gradients_in_backward + temporaries) {
     mem.peak_activations = saved + logits_chunk;
     mem.peak_gradients = backward_before ? mem.gradients : 0;
   } else {
-    mem.peak_activations = saved + widened_sum + recomputed - product;
-    mem.peak_gradients = backward_before ? mem.gradients : std::min(mem.gradients, first_gradients);
-    mem.peak_temporaries = tokens * (h + 3 * f) * element;
+    mem.peak_activations = activations_in_backward;
+    mem.peak_gradients = gradients_in_backward;
+    mem.peak_temporaries = temporaries;
   }
   if (c.distill.enabled) {
     const layers::ModelConfig& t = c.distill.teacher;

@@ -91,9 +91,8 @@ void StageStep::train(parallel::Communicator& pp, const std::vector<MicroBatch>&
   // it in place (layers::TiedHeadGradientSink), unless a sink of the trainer's takes it (the
   // last micro-batch's).
   layers::HeadGradSink* tied_head =
-      student.head_weight().defined() && student.head_weight().requires_grad()
-          ? student.tied_head_sink()
-          : nullptr;
+      student.tied_head_sink() && student.head_weight().requires_grad() ? student.tied_head_sink()
+                                                                        : nullptr;
 
   parallel::PipelineStage runner;
   runner.activation_shape = hidden_shape(batch, student_width + teacher_width);
