@@ -5,7 +5,9 @@
 // timeout on asks the group's other members, over a private duplicate of MPI_COMM_WORLD,
 // whether they are alive; any rank that is itself waiting answers with what it waits in.
 // At the timeout it prints which operation on which group stalled, who did not answer (a
-// frozen or dead rank) and what the others wait in, then ends the job (MPI_Abort). A rank
+// frozen or dead rank) and what the others wait in, then ends the job (MPI_Abort); a rank whose
+// whole group answered waits half a timeout more first, so that the rank waiting on the silent
+// one is the one to report. A rank
 // that dies outright is also caught by mpirun, which ends the job when a process exits.
 // No torch here.
 #pragma once

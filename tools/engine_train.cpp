@@ -151,7 +151,7 @@ int train(int argc, char** argv, const parallel::MpiRuntime& mpi) {
       mpi.world_rank());
   trainer->set_terminal(root && engine::stdout_is_terminal());
   engine::install_stop_signal_handlers();  // SIGTERM/SIGINT: finish the step, save, exit 0
-  parallel::watch_stop_signal(engine::stop_signal_received);  // names the silent on a stop
+  parallel::watch_stop_signal(engine::stop_signal_received);  // a stop names the awaited ranks
   trainer->run();
   return 0;
 }
