@@ -14,6 +14,9 @@
 // (3) model (1) again in bf16 mixed precision (model.dtype=bfloat16) under every variant, and
 // the distillation's baseline in bf16, with the bytes per parameter by category of the fp32
 // and bf16 baselines.
+// Model (1), fp32 and bf16, also with the tied head's gradient deferred to the end of backward
+// (memory.defer_head_gradient), and in bf16 with the weights' copies cast at each use
+// (memory.keep_compute_weights=false), alone, with the deferred head, and with everything.
 // Then the issues' targets, each with the measured figure.
 // Usage: bench_memory [steps=2] [threads=cores] [key=value ...] (keys added to every run)
 #include <torch/torch.h>
@@ -59,6 +62,20 @@ const std::vector<Variant> kVariants = {
     {"all together",
      {"memory.activation_checkpointing=full", "memory.activation_offloading=true",
       "optimizer.in_backward=true"}},
+};
+
+// The head's gradient formed at the end of backward: LM runs only (the distillation's fused
+// logit losses form it as before).
+const Variant kHeadDeferred{"head deferred", {"memory.defer_head_gradient=true"}};
+
+// bf16 only: the weights' bf16 copies cast at each use instead of kept between steps.
+const std::vector<Variant> kBf16Only = {
+    {"copies per use", {"memory.keep_compute_weights=false"}},
+    {"per use + deferred",
+     {"memory.keep_compute_weights=false", "memory.defer_head_gradient=true"}},
+    {"all + per use",
+     {"memory.activation_checkpointing=full", "memory.activation_offloading=true",
+      "optimizer.in_backward=true", "memory.keep_compute_weights=false"}},
 };
 
 std::vector<std::string> shape(const std::string& prefix, int64_t layers) {
@@ -128,6 +145,11 @@ int measure(int argc, char** argv) {
     keys.insert(keys.end(), v.keys.begin(), v.keys.end());
     lm_runs[v.name] = measure_run(keys, steps);
   }
+  {
+    std::vector<std::string> keys = lm;
+    keys.insert(keys.end(), kHeadDeferred.keys.begin(), kHeadDeferred.keys.end());
+    lm_runs[kHeadDeferred.name] = measure_run(keys, steps);
+  }
 
   // (2) Distillation: student 512 x 4 layers from the 8-layer teacher; and its LM-only run.
   std::vector<std::string> student = common;
@@ -153,8 +175,11 @@ int measure(int argc, char** argv) {
   }
 
   // (3) bf16 mixed precision: model (1) under every variant, and the distillation's baseline.
+  std::vector<Variant> bf16_variants = kVariants;
+  bf16_variants.push_back(kHeadDeferred);
+  bf16_variants.insert(bf16_variants.end(), kBf16Only.begin(), kBf16Only.end());
   std::map<std::string, Measured> bf16_runs;
-  for (const Variant& v : kVariants) {
+  for (const Variant& v : bf16_variants) {
     std::vector<std::string> keys = lm;
     keys.insert(keys.end(), v.keys.begin(), v.keys.end());
     keys.push_back("model.dtype=bfloat16");
@@ -179,10 +204,11 @@ int measure(int argc, char** argv) {
       "---|--------|---------|---------|---------|--------|--------|\n");
   for (const Variant& v : kVariants)
     print_row("LM 39.6M", v.name, lm_runs[v.name], lm_runs["baseline"]);
+  print_row("LM 39.6M", kHeadDeferred.name, lm_runs[kHeadDeferred.name], lm_runs["baseline"]);
   print_row("student", "LM only, no teacher", student_lm_only, student_lm_only);
   for (const Variant& v : kVariants)
     print_row("distill", v.name, distill_runs[v.name], student_lm_only);
-  for (const Variant& v : kVariants)
+  for (const Variant& v : bf16_variants)
     print_row("LM bf16", v.name, bf16_runs[v.name], lm_runs["baseline"]);
   print_row("dist bf16", "baseline", distill_bf16_base, student_lm_only);
 
@@ -260,6 +286,19 @@ int measure(int argc, char** argv) {
       mb(base.activations_peak), mb(bf16.activations_peak), saved_ratio,
       verdict(saved_ratio <= 0.55), mb(base.peak.device()), mb(bf16.peak.device()), peak_ratio,
       verdict(peak_ratio <= 0.8));
+  // The same with the bf16 copies cast at each use and the head's gradient deferred: against
+  // the fp32 baseline, and against fp32 with its head deferred too (the copies do not exist in
+  // fp32).
+  const Measured& lean = bf16_runs["per use + deferred"];
+  const Measured& deferred = lm_runs[kHeadDeferred.name];
+  const double lean_ratio = double(lean.peak.device()) / double(base.peak.device());
+  std::printf(
+      "  bf16 with copies per use and the head deferred: peak %.1f MB = %.3fx the fp32 baseline "
+      "(target <= 0.8x): %s; %.3fx fp32 with its head deferred (%.1f MB); tokens/s %.2fx the "
+      "bf16 baseline\n",
+      mb(lean.peak.device()), lean_ratio, verdict(lean_ratio <= 0.8),
+      double(lean.peak.device()) / double(deferred.peak.device()), mb(deferred.peak.device()),
+      lean.tokens_per_s / bf16.tokens_per_s);
   return 0;
 }
 

@@ -1,6 +1,7 @@
 // layers/compute_copy.cpp: see compute_copy.h.
 #include "layers/compute_copy.h"
 
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -26,6 +27,7 @@ struct Copy {
 using Key = std::vector<int64_t>;
 
 struct Cache {
+  std::atomic<bool> keep{true};
   std::mutex mutex;
   std::map<Key, Copy> copies;
 };
@@ -66,8 +68,18 @@ void drop_expired(Cache& c) {
   }
 }
 
+// A new copy of the weights (stacked) in `type`, filed as compute-weight memory.
+torch::Tensor cast_copy(at::TensorList weights, torch::ScalarType type) {
+  torch::NoGradGuard no_grad;
+  MemoryScope memory(MemoryCategory::compute_weights);
+  // A new tensor, never an old one overwritten: a backward may still hold the old values.
+  const torch::Tensor source = weights.size() == 1 ? weights[0] : stacked_rows(weights);
+  return torch::empty(source.sizes(), source.options().dtype(type)).copy_(source);
+}
+
 torch::Tensor cached_copy(at::TensorList weights, torch::ScalarType type) {
   Cache& c = cache();
+  if (!c.keep) return cast_copy(weights, type);
   const Key key = key_of(weights, type);
   std::lock_guard<std::mutex> lock(c.mutex);
   auto it = c.copies.find(key);
@@ -83,13 +95,7 @@ torch::Tensor cached_copy(at::TensorList weights, torch::ScalarType type) {
     copy.sources.push_back(
         {c10::weak_intrusive_ptr<c10::StorageImpl>(w.storage().getWeakStorageImpl()),
          w._version()});
-  {
-    torch::NoGradGuard no_grad;
-    MemoryScope memory(MemoryCategory::compute_weights);
-    // A new tensor, never the old one overwritten: a backward may still hold the old values.
-    const torch::Tensor source = weights.size() == 1 ? weights[0] : stacked_rows(weights);
-    copy.value = torch::empty(source.sizes(), source.options().dtype(type)).copy_(source);
-  }
+  copy.value = cast_copy(weights, type);
   drop_expired(c);
   torch::Tensor value = copy.value;
   c.copies[key] = std::move(copy);
@@ -106,6 +112,17 @@ torch::Tensor weight_in(const torch::Tensor& weight, torch::ScalarType type) {
 torch::Tensor stacked_weights_in(at::TensorList weights, torch::ScalarType type) {
   if (weights.front().scalar_type() == type) return stacked_rows(weights);
   return cached_copy(weights, type);
+}
+
+void set_keep_compute_copies(bool keep) {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  c.keep = keep;
+  if (!keep) c.copies.clear();
+}
+
+bool compute_copies_kept() {
+  return cache().keep;
 }
 
 int64_t compute_copy_bytes() {

@@ -9,6 +9,10 @@
 // product's backward keeps the values its forward used even if the weight steps in between
 // (optimizer-in-backward). Process-wide and keyed by the weights' memory, like
 // grad_destinations.h, so the layers keep plain handles to their parameters.
+// Not kept (memory.keep_compute_weights false): each use casts a new copy, dropped with its
+// last reference, as FSDP's mixed precision casts at each all-gather. The products then save the
+// main weight, not the copy, and cast again in backward: no bf16 weight outlives its product,
+// at two casts of every weight per micro-batch.
 #pragma once
 #include <torch/torch.h>
 
@@ -30,6 +34,11 @@ inline torch::Tensor in_type_of(const torch::Tensor& parameter, const torch::Ten
   const torch::ScalarType type = activations.scalar_type();
   return parameter.scalar_type() == type ? parameter : parameter.to(type);
 }
+
+// Whether copies are kept from one change of their weight to the next (the default) or cast at
+// each use; process-wide, set by the trainer from memory.keep_compute_weights.
+void set_keep_compute_copies(bool keep);
+bool compute_copies_kept();
 
 // Bytes held by the cached copies (memory accounting, tests).
 int64_t compute_copy_bytes();

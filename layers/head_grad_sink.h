@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 
 #include "common/memory_category.h"
 #include "kernels/mixed_gemm.h"
@@ -32,6 +33,12 @@ class HeadGradSink {
   // When streams() is false: memory the head may form the whole gradient in (the receiver's
   // own, e.g. where its DP sum reads it, so take_rows needs no copy); undefined: none.
   virtual torch::Tensor whole_gradient_memory() { return {}; }
+  // true: the head forms nothing in forward or in its own backward; its backward hands over
+  // (take_deferred) what forms the whole gradient later, when the receiver wants it.
+  virtual bool defers() const { return false; }
+  virtual void take_deferred(std::function<torch::Tensor()> form) {
+    TORCH_CHECK(false, "this head gradient sink does not take a deferred gradient");
+  }
 };
 
 // For a head tied to the embedding on the same stage: the head's whole gradient is kept
@@ -41,9 +48,19 @@ class HeadGradSink {
 // then the sparse gradient of one tensor, would sum them out of place: one more [vocab, h]
 // tensor at the end of backward. The additions and their order are autograd's, so the sums
 // are bitwise the same.
+// Deferring (memory.defer_head_gradient), the head's backward leaves here only what forms its
+// gradient, and the lookup's backward forms it, at the end of backward, when the saved
+// activations are gone: the [vocab, h] gradient is never held beside them.
 class TiedHeadGradientSink final : public HeadGradSink {
  public:
   explicit TiedHeadGradientSink(torch::Tensor weight) : weight_(std::move(weight)) {}
+  void set_defers(bool defers) { defers_ = defers; }
+  bool defers() const override { return defers_; }
+  void take_deferred(std::function<torch::Tensor()> form) override {
+    TORCH_CHECK(defers_ && !form_ && !head_grad_.defined(),
+                "TiedHeadGradientSink takes one deferred gradient per backward");
+    form_ = std::move(form);
+  }
   bool streams() const override { return false; }
   int64_t block_rows(int64_t rows) const override { return rows; }
   void take_rows(int64_t row_begin, torch::Tensor grad) override {
@@ -56,6 +73,10 @@ class TiedHeadGradientSink final : public HeadGradSink {
   // The lookup's gradient with the head's added, in the head's memory (the head's gradient
   // went to another sink, or nowhere: the lookup's alone).
   torch::Tensor add_lookup_gradient(const torch::Tensor& lookup_grad) {
+    if (form_) {
+      head_grad_ = form_();
+      form_ = nullptr;
+    }
     if (!head_grad_.defined()) return lookup_grad;
     torch::Tensor sum = std::move(head_grad_);
     head_grad_ = torch::Tensor();
@@ -65,6 +86,8 @@ class TiedHeadGradientSink final : public HeadGradSink {
  private:
   torch::Tensor weight_;
   torch::Tensor head_grad_;  // from the head's backward until the lookup's
+  bool defers_ = false;
+  std::function<torch::Tensor()> form_;  // deferred: from the head's backward to the lookup's
 };
 
 // A zeroed tensor of weight's shape, in accumulation_type (a 16-bit weight's gradient is summed

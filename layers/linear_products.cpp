@@ -101,20 +101,23 @@ void product_by_out(torch::Tensor& out, const torch::Tensor& dy, const torch::Te
 
 torch::Tensor LinearProduct::forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
                                      const torch::Tensor& w) {
-  // The weight as the product used it (its compute copy under mixed precision), for dx, and
-  // the weight itself, whose gradient is wanted.
+  // The weight as the product used it (its compute copy under mixed precision, when copies
+  // are kept), for dx, and the weight itself, whose gradient is wanted.
   const torch::Tensor used = weight_in(w, x.scalar_type());
-  ctx->save_for_backward({x, w, used});
+  const bool save_copy = used.scalar_type() == w.scalar_type() || compute_copies_kept();
+  ctx->save_for_backward({x, w, save_copy ? used : torch::Tensor()});
   return product_by_transposed(x, used);
 }
 
 torch::autograd::variable_list LinearProduct::backward(torch::autograd::AutogradContext* ctx,
                                                        torch::autograd::variable_list grads) {
   const torch::autograd::variable_list saved = ctx->get_saved_variables();
-  const torch::Tensor &x = saved[0], &w = saved[1], &used = saved[2];
+  const torch::Tensor &x = saved[0], &w = saved[1];
   const torch::Tensor& dy = grads[0];
   torch::Tensor dx, dw;
-  if (ctx->needs_input_grad(0)) dx = product_by(dy, used);
+  // A copy not kept is cast again (w is unchanged since forward: autograd checks its version).
+  if (ctx->needs_input_grad(0))
+    dx = product_by(dy, saved[2].defined() ? saved[2] : weight_in(w, x.scalar_type()));
   parallel::drive_background_progress();  // between the two products
   if (ctx->needs_input_grad(1)) {
     const torch::Tensor dy_t = dy.reshape({-1, dy.size(-1)}).t(), x2d = x.reshape({-1, x.size(-1)});

@@ -19,6 +19,15 @@ RETORT_NAMED_ENUM(Checkpointing, none, full, selective)
   KEY(int64_t, head_chunk_tokens, "memory.head_chunk_tokens", 256, 0, 1e9,                       \
       "tokens per chunk of the fused LM head + cross-entropy (no [tokens, vocab] logits); "      \
       "0 = unfused")                                                                             \
+  KEY(bool, defer_head_gradient, "memory.defer_head_gradient", false, 0, 0,                      \
+      "form the tied LM head's weight gradient at the end of backward, where the embedding's "   \
+      "rows add into it, not in forward: the logits are formed once more, a block of "           \
+      "vocabulary rows at a time, and the gradient never coexists with the saved activations "   \
+      "(a head tied to the embedding on the same stage; elsewhere it is formed in forward)")     \
+  KEY(bool, keep_compute_weights, "memory.keep_compute_weights", true, 0, 0,                     \
+      "under model.dtype=bfloat16, keep each weight's bf16 copy from one optimizer step to the " \
+      "next; false: cast it at each use, in forward and again in backward (2 bytes per "         \
+      "parameter less, two casts of every weight per micro-batch)")                              \
   KEY(bool, fused_kernels, "memory.fused_kernels", true, 0, 0,                                   \
       "one-pass RMSNorm, SwiGLU and in-place RoPE with hand-written backward (keep less for "    \
       "backward); false = composed torch ops")                                                   \

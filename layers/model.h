@@ -93,6 +93,13 @@ class LlamaModel {
   // (full logits, then the vocabulary-parallel cross-entropy).
   void set_head_chunk_tokens(int64_t tokens) { head_chunk_tokens_ = tokens; }
   int64_t head_chunk_tokens() const { return head_chunk_tokens_; }
+  // memory.defer_head_gradient: the fused head tied on this stage leaves its weight's gradient
+  // to be formed at the lookup's backward (TiedHeadGradientSink). Returns whether it applies
+  // here (a head tied to the embedding on this stage); elsewhere nothing changes.
+  bool set_defer_head_gradient(bool defer) {
+    if (tied_head_sink_) tied_head_sink_->set_defers(defer);
+    return tied_head_sink_ != nullptr;
+  }
 
  private:
   torch::Tensor unmasked_logits(const torch::Tensor& hidden) const;

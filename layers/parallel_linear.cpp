@@ -76,10 +76,10 @@ using torch::autograd::variable_list;
 struct PackedProduct : torch::autograd::Function<PackedProduct> {
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, at::TensorList weights) {
     // The stack as the product used it: a view of adjacent weights, a copy of scattered ones,
-    // or under mixed precision their cached compute copy (layers/compute_copy.h).
+    // or under mixed precision their compute copy (layers/compute_copy.h), saved when kept.
     const torch::Tensor used = stacked_weights_in(weights, x.scalar_type());
     const bool copied = used.scalar_type() != weights[0].scalar_type();
-    variable_list saved{x, copied ? used : torch::Tensor()};
+    variable_list saved{x, copied && compute_copies_kept() ? used : torch::Tensor()};
     saved.insert(saved.end(), weights.begin(), weights.end());
     ctx->save_for_backward(saved);
     return product_by_transposed(x, used);
@@ -90,7 +90,8 @@ struct PackedProduct : torch::autograd::Function<PackedProduct> {
     const torch::Tensor& x = saved[0];
     const std::vector<torch::Tensor> weights(saved.begin() + 2, saved.end());
     const torch::Tensor dy = grads[0];
-    torch::Tensor dx = product_by(dy, saved[1].defined() ? saved[1] : stacked_rows(weights));
+    torch::Tensor dx = product_by(
+        dy, saved[1].defined() ? saved[1] : stacked_weights_in(weights, x.scalar_type()));
     parallel::drive_background_progress();  // between the two products
     const int64_t in = x.size(-1), out = dy.size(-1);
     const torch::Tensor dy_t = dy.reshape({-1, out}).t(), x2d = x.reshape({-1, in});

@@ -161,11 +161,13 @@ FusedHeadResult fused_head_forward(const torch::Tensor& x2d, const torch::Tensor
   // with kernels::softmax_gradient_rows.
   const bool loops = row_loops_apply(x2d, group);
   const int64_t real = std::clamp<int64_t>(vocab_size - vocab_start, 0, local);
+  // Cast once for every chunk (a compute copy not kept would be cast again at each use).
+  const torch::Tensor used = weight_in(weight, x2d.scalar_type());
   for (int64_t start = 0; start < n; start += chunk) {
     const int64_t len = std::min(chunk, n - start);
     torch::Tensor xc = x2d.narrow(0, start, len), tc = t.narrow(0, start, len);
     // [len, local] in the products' type, reused in place below
-    torch::Tensor z = product_by_transposed(xc, weight);
+    torch::Tensor z = product_by_transposed(xc, used);
     if (loops) {  // the loops read bf16 logits as they are: no float32 copy of the chunk
       const bool want_grad = want_x || want_weight;
       torch::Tensor keep = tc.ne(kIgnore).to(softmax_options.dtype()).contiguous();
@@ -183,7 +185,7 @@ FusedHeadResult fused_head_forward(const torch::Tensor& x2d, const torch::Tensor
       const torch::Tensor& dz = z;  // the gradient, in the products' type
       if (want_x) {                 // written in place: grad_x rows are contiguous
         torch::Tensor rows = result.grad_x.narrow(0, start, len);
-        product_by_out(rows, dz, weight);
+        product_by_out(rows, dz, used);
       }
       if (want_weight) add_transposed_product(result.grad_weight, dz, xc);
       continue;
@@ -216,9 +218,7 @@ FusedHeadResult fused_head_forward(const torch::Tensor& x2d, const torch::Tensor
     z.scatter_add_(1, local_index.unsqueeze(1),
                    (-keep * (in_range & tc.ne(kIgnore)).to(z.dtype())).unsqueeze(1));
     z = z.to(x2d.scalar_type());  // the products run in the activations' type
-    if (want_x)
-      result.grad_x.narrow(0, start, len)
-          .copy_(torch::matmul(z, weight_in(weight, z.scalar_type())));
+    if (want_x) result.grad_x.narrow(0, start, len).copy_(torch::matmul(z, used));
     if (want_weight) add_transposed_product(result.grad_weight, z, xc);
   }
   return result;
@@ -250,11 +250,63 @@ struct FusedHeadCrossEntropy : torch::autograd::Function<FusedHeadCrossEntropy> 
   }
 };
 
-// The same loss with the weight's gradient delivered to a HeadGradSink in blocks of rows:
-// forward keeps the input, the per-token max and sum of exponentials (and forms d/dx as
-// above); backward forms the softmax again block by block (the same element-wise steps as
-// the forward, so the same values) and each block's gradient, chunk of tokens by chunk.
-struct StreamedHeadCrossEntropy : torch::autograd::Function<StreamedHeadCrossEntropy> {
+// What backward needs to form the fused head's softmax again: the forward's input and
+// targets, and its per-token max and sum of exponentials.
+struct HeadReplay {
+  torch::Tensor x2d, targets, max, sum_exp;
+  int64_t vocab_start = 0, vocab_size = 0, chunk = 0;
+  bool loops = false;
+};
+
+// Adds d(loss sum)/d(weight) for rows [row, row + w.size(0)) of this rank's shard, for a unit
+// upstream gradient, into grad [rows, h] (accumulation type); w: those rows as the forward
+// multiplied by them. Chunk of tokens by chunk, as the forward.
+void add_head_gradient_rows(torch::Tensor grad, const torch::Tensor& w, int64_t row,
+                            const HeadReplay& r) {
+  const torch::Tensor& t = r.targets;
+  const int64_t n = r.x2d.size(0), rows = w.size(0), first_id = r.vocab_start + row;
+  const torch::Tensor keep = t.ne(kIgnore).to(accumulation_type(r.x2d));
+  const torch::Tensor padded =
+      torch::arange(first_id, first_id + rows, t.options()) >= r.vocab_size;
+  const bool any_padded = first_id + rows > r.vocab_size;
+  for (int64_t start = 0; start < n; start += r.chunk) {
+    const int64_t len = std::min(r.chunk, n - start);
+    torch::Tensor xc = r.x2d.narrow(0, start, len), tc = t.narrow(0, start, len);
+    torch::Tensor kc = keep.narrow(0, start, len);
+    // The forward's own product (same rows and inner dimension, so the same route): each
+    // logit of the block is then bitwise the forward's, whatever the BLAS's kernels.
+    torch::Tensor z = product_by_transposed(xc, w);
+    if (r.loops) {  // as the forward's loop formed it, in the logits' own type
+      torch::Tensor in_block = (tc >= first_id) & (tc < first_id + rows) & tc.ne(kIgnore);
+      torch::Tensor index =
+          torch::where(in_block, tc - first_id, torch::full_like(tc, -1)).contiguous();
+      const int64_t real = std::clamp<int64_t>(r.vocab_size - first_id, 0, rows);
+      softmax_gradient_rows_of(z, real, r.max, r.sum_exp, start, kc.contiguous(), index);
+      add_transposed_product(grad, z, xc);
+      continue;
+    }
+    z = z.to(accumulation_type(r.x2d));
+    if (any_padded) z.masked_fill_(padded, -std::numeric_limits<double>::infinity());
+    z.sub_(r.max.narrow(0, start, len).unsqueeze(-1)).exp_();
+    z.div_(r.sum_exp.narrow(0, start, len).unsqueeze(-1)).mul_(kc.unsqueeze(-1));
+    torch::Tensor in_block = (tc >= first_id) & (tc < first_id + rows);
+    torch::Tensor index = torch::where(in_block, tc - first_id, torch::zeros_like(tc));
+    z.scatter_add_(1, index.unsqueeze(1),
+                   (-kc * (in_block & tc.ne(kIgnore)).to(z.dtype())).unsqueeze(1));
+    add_transposed_product(grad, z.to(r.x2d.scalar_type()), xc);
+  }
+}
+
+// The same loss with the weight's gradient formed in backward, for a sink that streams or
+// defers it. Forward keeps the input, the per-token max and sum of exponentials, and forms
+// d/dx as above. Backward forms the softmax again block of rows by block (the same
+// element-wise steps as the forward, so the same values) and each block's gradient, chunk of
+// tokens by chunk:
+// - streamed (HeadGradSink::streams): each block, scaled, to the sink as it is formed;
+// - deferred (HeadGradSink::defers): backward only leaves the sink what forms the whole
+//   gradient later, where the sink wants it. Each block's rows are then cast to the products'
+//   type as it goes when compute copies are not kept: no whole copy of the head either.
+struct ReplayedHeadCrossEntropy : torch::autograd::Function<ReplayedHeadCrossEntropy> {
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x2d, torch::Tensor weight,
                                torch::Tensor targets, int64_t vocab_start, int64_t vocab_size,
                                parallel::Communicator* group, int64_t chunk, HeadGradSink* sink) {
@@ -270,59 +322,60 @@ struct StreamedHeadCrossEntropy : torch::autograd::Function<StreamedHeadCrossEnt
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
-    auto saved = ctx->get_saved_variables();
-    const torch::Tensor &x2d = saved[0], &weight = saved[1], &t = saved[2];
-    const torch::Tensor &max = saved[3], &sum_exp = saved[4];
-    const torch::Tensor& g = grad_outputs[0];
-    const int64_t vocab_start = ctx->saved_data["vocab_start"].toInt();
-    const int64_t vocab_size = ctx->saved_data["vocab_size"].toInt();
-    const int64_t chunk = ctx->saved_data["chunk"].toInt();
+    const variable_list saved = ctx->get_saved_variables();
+    HeadReplay replay;
+    replay.x2d = saved[0];
+    replay.targets = saved[2];
+    replay.max = saved[3];
+    replay.sum_exp = saved[4];
+    replay.vocab_start = ctx->saved_data["vocab_start"].toInt();
+    replay.vocab_size = ctx->saved_data["vocab_size"].toInt();
+    replay.chunk = ctx->saved_data["chunk"].toInt();
+    replay.loops = ctx->saved_data["loops"].toBool();
+    const torch::Tensor weight = saved[1], g = grad_outputs[0];
     HeadGradSink* sink = saved_object<HeadGradSink*>(ctx, "sink");
-    const bool loops = ctx->saved_data["loops"].toBool();
-    torch::NoGradGuard no_grad;
-    const int64_t n = x2d.size(0), local = weight.size(0);
-    const int64_t block = std::max<int64_t>(1, sink->block_rows(local));
-    torch::Tensor keep = t.ne(kIgnore).to(accumulation_type(x2d));
-    // The weight as the forward multiplied by it, taken before the sink steps any row.
-    const torch::Tensor used = weight_in(weight, x2d.scalar_type());
-    for (int64_t row = 0; row < local; row += block) {
-      const int64_t rows = std::min(block, local - row), first_id = vocab_start + row;
-      torch::Tensor w = used.narrow(0, row, rows);
-      torch::Tensor padded = torch::arange(first_id, first_id + rows, t.options()) >= vocab_size;
-      const bool any_padded = first_id + rows > vocab_size;
-      torch::Tensor grad =
-          torch::zeros({rows, weight.size(1)}, weight.options().dtype(accumulation_type(weight)));
-      for (int64_t start = 0; start < n; start += chunk) {
-        const int64_t len = std::min(chunk, n - start);
-        torch::Tensor xc = x2d.narrow(0, start, len), tc = t.narrow(0, start, len);
-        torch::Tensor kc = keep.narrow(0, start, len);
-        // The forward's own product (same rows and inner dimension, so the same route): each
-        // logit of the block is then bitwise the forward's, whatever the BLAS's kernels.
-        torch::Tensor z = product_by_transposed(xc, w);
-        if (loops) {  // as the forward's loop formed it, in the logits' own type
-          torch::Tensor in_block = (tc >= first_id) & (tc < first_id + rows) & tc.ne(kIgnore);
-          torch::Tensor index =
-              torch::where(in_block, tc - first_id, torch::full_like(tc, -1)).contiguous();
-          const int64_t real = std::clamp<int64_t>(vocab_size - first_id, 0, rows);
-          softmax_gradient_rows_of(z, real, max, sum_exp, start, kc.contiguous(), index);
-          add_transposed_product(grad, z, xc);
-          continue;
-        }
-        z = z.to(accumulation_type(x2d));
-        if (any_padded) z.masked_fill_(padded, -std::numeric_limits<double>::infinity());
-        z.sub_(max.narrow(0, start, len).unsqueeze(-1)).exp_();
-        z.div_(sum_exp.narrow(0, start, len).unsqueeze(-1)).mul_(kc.unsqueeze(-1));
-        torch::Tensor in_block = (tc >= first_id) & (tc < first_id + rows);
-        torch::Tensor index = torch::where(in_block, tc - first_id, torch::zeros_like(tc));
-        z.scatter_add_(1, index.unsqueeze(1),
-                       (-kc * (in_block & tc.ne(kIgnore)).to(z.dtype())).unsqueeze(1));
-        add_transposed_product(grad, z.to(x2d.scalar_type()), xc);
-      }
-      sink->take_rows(row, grad.mul_(g));
-    }
+    if (sink->defers())
+      sink->take_deferred([replay, weight, g, sink] { return deferred(replay, weight, g, sink); });
+    else
+      stream(replay, weight, g, sink);
     torch::Tensor grad_x = saved[5].defined() ? saved[5].mul_(g) : torch::Tensor();
     return {grad_x,          torch::Tensor(), torch::Tensor(), torch::Tensor(),
             torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+
+  static void stream(const HeadReplay& replay, const torch::Tensor& weight, const torch::Tensor& g,
+                     HeadGradSink* sink) {
+    torch::NoGradGuard no_grad;
+    const int64_t local = weight.size(0);
+    const int64_t block = std::max<int64_t>(1, sink->block_rows(local));
+    // The weight as the forward multiplied by it, taken before the sink steps any row.
+    const torch::Tensor used = weight_in(weight, replay.x2d.scalar_type());
+    for (int64_t row = 0; row < local; row += block) {
+      const int64_t rows = std::min(block, local - row);
+      torch::Tensor grad =
+          torch::zeros({rows, weight.size(1)}, weight.options().dtype(accumulation_type(weight)));
+      add_head_gradient_rows(grad, used.narrow(0, row, rows), row, replay);
+      sink->take_rows(row, grad.mul_(g));
+    }
+  }
+
+  static torch::Tensor deferred(const HeadReplay& replay, const torch::Tensor& weight,
+                                const torch::Tensor& g, HeadGradSink* sink) {
+    torch::NoGradGuard no_grad;
+    torch::Tensor whole = zeroed_whole_gradient(sink, weight);
+    const torch::ScalarType type = replay.x2d.scalar_type();
+    const bool kept = compute_copies_kept() || weight.scalar_type() == type;
+    const torch::Tensor used = kept ? weight_in(weight, type) : torch::Tensor();
+    // Rows per block: a block's logits for one chunk of tokens stay near 2^20 elements.
+    const int64_t local = weight.size(0);
+    const int64_t block = std::max<int64_t>(256, (int64_t(1) << 20) / replay.chunk);
+    for (int64_t row = 0; row < local; row += block) {
+      const int64_t rows = std::min(block, local - row);
+      const torch::Tensor w =
+          kept ? used.narrow(0, row, rows) : weight.narrow(0, row, rows).to(type);
+      add_head_gradient_rows(whole.narrow(0, row, rows), w, row, replay);
+    }
+    return whole.mul_(g);
   }
 };
 
@@ -374,8 +427,10 @@ torch::Tensor fused_head_cross_entropy_sum(const torch::Tensor& x, const torch::
     return fused_head_forward(x2d, weight, t, start, vocab_size, tp.group, chunk_tokens, false,
                               false)
         .loss_sum;
-  if (weight_grad_sink && weight.requires_grad() && weight_grad_sink->streams())
-    return StreamedHeadCrossEntropy::apply(x2d, weight, t, start, vocab_size, tp.group,
+  // Formed in backward for a sink that streams it or defers it.
+  if (weight_grad_sink && weight.requires_grad() &&
+      (weight_grad_sink->streams() || weight_grad_sink->defers()))
+    return ReplayedHeadCrossEntropy::apply(x2d, weight, t, start, vocab_size, tp.group,
                                            chunk_tokens, weight_grad_sink);
   return FusedHeadCrossEntropy::apply(x2d, weight, t, start, vocab_size, tp.group, chunk_tokens,
                                       weight.requires_grad() ? weight_grad_sink : nullptr);

@@ -38,8 +38,10 @@ torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits,
 // (the softmax minus one-hot times the chunk's input), which backward scales by the incoming
 // gradient: no logits are saved and none recomputed. Returns a scalar, the same on every
 // TP rank; d/dx is this rank's partial (summed by enter_column's backward).
-// With weight_grad_sink, d/dweight is not formed in forward: backward forms it again block of
-// rows by block (one more head matmul) and hands each block to the sink, not to autograd.
+// With a weight_grad_sink that streams, d/dweight is not formed in forward: backward forms it
+// again block of rows by block (one more head matmul) and hands each block to the sink, not to
+// autograd. With one that defers (TiedHeadGradientSink under memory.defer_head_gradient),
+// backward hands the sink what forms it the same way, later (at the tied lookup's backward).
 torch::Tensor fused_head_cross_entropy_sum(const torch::Tensor& x, const torch::Tensor& weight,
                                            const torch::Tensor& targets, int64_t vocab_size,
                                            const TensorParallel& tp, int64_t chunk_tokens,

@@ -122,6 +122,8 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
     offloader_ = std::make_unique<layers::ActivationOffloader>();
   model_->set_recompute({memory_config.activation_checkpointing, offloader_.get()});
   model_->set_head_chunk_tokens(memory_config.head_chunk_tokens);
+  const bool head_defers = model_->set_defer_head_gradient(memory_config.defer_head_gradient);
+  layers::set_keep_compute_copies(memory_config.keep_compute_weights);
   model_->set_kernels({memory_config.fused_kernels, memory_config.attention_block_rows});
   model_->set_types(compute_dtype_, residual_dtype_);
   // Gradients are allocated inside backward as temporaries; once accumulated they count as
@@ -164,6 +166,12 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
     sync_->set_on_streamed_ready([this](size_t) { head_stepper_->complete(); });
     if (!stepping) sync_->set_on_progress([this] { head_stepper_->progress(); });
     stage_step_->set_head_grad_sink(head_stepper_.get());
+  }
+  if (memory_config.defer_head_gradient && log_ &&
+      (!head_defers || head_stepper_ || distiller_)) {
+    *log_ << "retort: memory.defer_head_gradient: the head's gradient is formed as without it "
+             "here (it applies to the LM loss's head tied to the embedding on one stage, "
+             "without optimizer.in_backward and without the DP head reduction)\n";
   }
   // The shared-memory DP segments hold the summed gradients (their .grad() views them).
   shared_gradient_bytes_ =
@@ -229,6 +237,7 @@ Trainer::~Trainer() {
   // The 16-bit copies of this trainer's weights go with it: the process-wide cache would
   // otherwise hold them until its next cast, inside whatever runs next.
   layers::clear_compute_copies();
+  layers::set_keep_compute_copies(true);  // the default, for whatever runs next
 }
 
 void Trainer::finish_resume(const std::string& path) {

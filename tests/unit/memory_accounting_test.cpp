@@ -6,13 +6,16 @@
 // store only when switched on and, with full checkpointing, lowers the activation peak, which
 // moves late into backward where gradients pile up; the optimizer step inside backward then
 // lowers the gradient bytes at the peak. A head tied to the embedding sums its gradient and
-// the lookup's in place.
+// the lookup's in place. bf16 weight copies cast at each use are not held past their products,
+// and a deferred tied head's gradient is not held through forward.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include "engine/config/config.h"
 #include "engine/observe/memory_tracker.h"
 #include "engine/train/trainer.h"
+#include "layers/compute_copy.h"
+#include "layers/model.h"
 
 using namespace retort;
 using namespace retort::engine;
@@ -176,4 +179,119 @@ TEST(MemoryAccounting, TiedHeadAndLookupGradientsSumInPlace) {
   ASSERT_EQ(head_gradient_bytes, 4096 * 64 * int64_t(sizeof(float)));
   EXPECT_LT(tracker.category_peaks().of(MemoryCategory::other) - other_before,
             head_gradient_bytes / 2);
+}
+
+namespace {
+
+layers::ModelConfig tied_model(int64_t vocab) {
+  layers::ModelConfig c;
+  c.vocab_size = vocab;
+  c.hidden = 64;
+  c.layers = 2;
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.ffn_hidden = 172;
+  c.tied_embeddings = true;
+  c.init_std = 0.2;
+  return c;
+}
+
+// The fused head's loss through the tied sink, as the trainer runs it.
+torch::Tensor tied_head_loss(const layers::LlamaModel& model, const torch::Tensor& tokens,
+                             const torch::Tensor& targets) {
+  return model.head_loss_sum(model.run_blocks(model.embed(tokens), tokens.size(1), nullptr),
+                             targets, model.tied_head_sink());
+}
+
+// Restores the process-wide default when a test ends, passed or not.
+struct KeepComputeCopies {
+  explicit KeepComputeCopies(bool keep) { layers::set_keep_compute_copies(keep); }
+  ~KeepComputeCopies() { layers::set_keep_compute_copies(true); }
+};
+
+}  // namespace
+
+// memory.keep_compute_weights=false: no bf16 copy of a weight is held once forward is over (the
+// products save the main weight and cast again in backward), and the gradients are bitwise those
+// of kept copies (the same casts of the same weights).
+TEST(MemoryAccounting, ComputeCopiesCastAtEachUseAreNotHeldAndChangeNoGradient) {
+  MemoryTracker& tracker = MemoryTracker::install();
+  const layers::ModelConfig config = tied_model(512);
+  torch::manual_seed(11);
+  const torch::Tensor tokens = torch::randint(0, config.vocab_size, {2, 32}, torch::kLong);
+  const torch::Tensor targets = torch::randint(0, config.vocab_size, {2, 32}, torch::kLong);
+  std::vector<torch::Tensor> gradients[2];
+  int64_t copies_after_forward[2];
+  for (int keep = 1; keep >= 0; --keep) {
+    KeepComputeCopies mode(keep);
+    layers::clear_compute_copies();
+    layers::ParameterStore store(7, torch::kFloat);
+    layers::LlamaModel model(config, store);
+    model.set_types(torch::kBFloat16, torch::kBFloat16);
+    const int64_t before = tracker.current_split().of(MemoryCategory::compute_weights);
+    const torch::Tensor loss = tied_head_loss(model, tokens, targets);
+    copies_after_forward[keep] =
+        tracker.current_split().of(MemoryCategory::compute_weights) - before;
+    loss.backward();
+    for (const layers::Parameter& p : store.all()) gradients[keep].push_back(p.value.grad());
+    layers::clear_compute_copies();
+  }
+  int64_t large_weights = 0;  // the matrices, whose products run in bf16
+  {
+    layers::ParameterStore store(7, torch::kFloat);
+    layers::LlamaModel model(config, store);
+    for (const layers::Parameter& p : store.all())
+      if (p.value.dim() == 2) large_weights += p.value.numel() * 2;
+  }
+  EXPECT_GE(copies_after_forward[1], large_weights);  // kept: every matrix's copy
+  EXPECT_EQ(copies_after_forward[0], 0);
+  ASSERT_EQ(gradients[0].size(), gradients[1].size());
+  for (size_t i = 0; i < gradients[0].size(); ++i)
+    EXPECT_TRUE(torch::equal(gradients[0][i], gradients[1][i])) << "parameter " << i;
+}
+
+// memory.defer_head_gradient: the tied head's weight gradient is formed at the lookup's backward,
+// in blocks of vocabulary rows (three here, the last with padding rows; some targets ignored).
+// The gradients match the unfused head's (full logits and autograd, float64); the gradient bytes
+// held at the end of forward, [vocab, h] without deferring, are none; and the step's peak is
+// lower by about that much, as the activations here outweigh the gradients.
+TEST(MemoryAccounting, DeferredTiedHeadGradientMatchesAndIsNotHeldThroughForward) {
+  MemoryTracker& tracker = MemoryTracker::install();
+  const layers::ModelConfig config = tied_model(600);
+  torch::manual_seed(12);
+  const torch::Tensor tokens = torch::randint(0, config.vocab_size, {8, 64}, torch::kLong);
+  torch::Tensor targets = torch::randint(0, config.vocab_size, {8, 64}, torch::kLong);
+  targets.index_put_({torch::indexing::Slice(), torch::indexing::Slice(0, 5)}, -100);
+  const int64_t head_bytes = layers::padded_vocab_size(600, 1) * 64 * int64_t(sizeof(double));
+  auto run = [&](int64_t chunk_tokens, bool defer, int64_t* held_after_forward, int64_t* peak) {
+    layers::ParameterStore store(7, torch::kDouble);
+    layers::LlamaModel model(config, store);
+    model.set_head_chunk_tokens(chunk_tokens);
+    EXPECT_TRUE(model.set_defer_head_gradient(defer));
+    const int64_t before = tracker.current_split().of(MemoryCategory::gradients);
+    tracker.reset_peak();
+    const int64_t start = tracker.current_bytes();
+    const torch::Tensor loss = tied_head_loss(model, tokens, targets);
+    if (held_after_forward)
+      *held_after_forward = tracker.current_split().of(MemoryCategory::gradients) - before;
+    loss.backward();
+    if (peak) *peak = tracker.peak_bytes() - start;
+    std::vector<torch::Tensor> gradients;
+    for (const layers::Parameter& p : store.all()) gradients.push_back(p.value.grad());
+    return gradients;
+  };
+  int64_t held_plain = 0, held_deferred = 0, peak_plain = 0, peak_deferred = 0;
+  // A chunk of 4096 tokens makes the deferred blocks 256 rows (2^20 logits per chunk).
+  const auto plain = run(4096, false, &held_plain, &peak_plain);
+  const auto deferred = run(4096, true, &held_deferred, &peak_deferred);
+  const auto reference = run(0, false, nullptr, nullptr);  // unfused: logits, then autograd
+  EXPECT_EQ(held_plain, head_bytes);
+  EXPECT_EQ(held_deferred, 0);
+  EXPECT_LE(peak_deferred, peak_plain - head_bytes * 9 / 10);
+  ASSERT_EQ(deferred.size(), reference.size());
+  for (size_t i = 0; i < deferred.size(); ++i) {
+    const double size = reference[i].norm().item<double>();
+    EXPECT_LE((deferred[i] - reference[i]).norm().item<double>(), 1e-12 * size) << i;
+    EXPECT_LE((plain[i] - reference[i]).norm().item<double>(), 1e-12 * size) << i;
+  }
 }
