@@ -191,7 +191,6 @@ PlanMemory plan_memory(const TrainConfig& c, const PlanRank& rank) {
   const bool bf16 = c.dtype == DType::bfloat16;
   const int64_t main = main_bytes(c);
   PlanMemory mem;
-  mem.weights = params.held * (bf16 ? 2 : main);
   mem.main_weights = bf16 ? params.held * main : 0;
   mem.gradients = params.trainable * main;
   const int64_t owners = c.optimizer.zero_stage >= 1 ? c.layout.data : 1;
@@ -223,6 +222,11 @@ PlanMemory plan_memory(const TrainConfig& c, const PlanRank& rank) {
       ((stage.first ? residual : 0) + (stage.last ? residual + h : residual)) * element;
   const int64_t head_chunk = c.memory.head_chunk_tokens > 0 ? c.memory.head_chunk_tokens : tokens;
   const int64_t vocab_rows = layers::padded_vocab_size(m.vocab_size, int(T)) / T;
+  // bf16 copies cast at each use (memory.keep_compute_weights false) live only through their
+  // product: the largest of them, the head's shard on the last stage, else a block's gate|up.
+  const bool copies_kept = !bf16 || c.memory.keep_compute_weights;
+  mem.weights = copies_kept ? params.held * (bf16 ? 2 : main)
+                            : std::max(stage.last ? vocab_rows * h : 0, 2 * f * h) * 2;
   const int64_t kept = full ? stage.layers * residual * element : stage.layers * block;
   // Under full recomputation the peak falls inside backward, in a recomputed block: under STP
   // with 16-bit activations its input's gradient is summed over the sequence's shards in a
@@ -241,7 +245,14 @@ PlanMemory plan_memory(const TrainConfig& c, const PlanRank& rank) {
   // pair's gradients; the gradients formed by then: every buffer after an earlier backward of
   // this step, else the down projection's (and on the last stage the head's and final norm's).
   const bool backward_before = c.accumulation_steps() > in_flight;
-  const int64_t first_gradients = (h * f + (stage.last ? vocab_rows * h + h : 0)) * main;
+  // A tied head's gradient deferred to the lookup's backward (memory.defer_head_gradient: the
+  // LM loss on one stage holding both, its gradient not taken by the optimizer in backward or
+  // by the DP reduction) is formed last.
+  const bool head_deferred = c.memory.defer_head_gradient && m.tied_embeddings && stage.first &&
+                             stage.last && !c.distill.enabled && !c.optimizer.in_backward &&
+                             c.layout.data == 1;
+  const int64_t first_gradients =
+      (h * f + (stage.last ? (head_deferred ? 0 : vocab_rows * h) + h : 0)) * main;
   const int64_t gradients_in_backward =
       backward_before ? mem.gradients : std::min(mem.gradients, first_gradients);
   const int64_t activations_in_backward =

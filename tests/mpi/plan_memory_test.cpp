@@ -1,6 +1,7 @@
 // tests/mpi/plan_memory_test.cpp: the planner's memory (engine/plan/plan.h) against the
 // tracking allocator (engine/observe/memory_tracker.h) over real training steps, for each
-// activation checkpointing mode, in fp32 and bf16 mixed precision: on one rank, under STP2 and
+// activation checkpointing mode, in fp32 and bf16 mixed precision (its weight copies kept, and
+// cast at each use): on one rank, under STP2 and
 // on each stage of PP2, saved activations (the category's own peak) and the whole peak within
 // 10%. Each trainer, once gone, leaves no memory held.
 #include <gtest/gtest.h>
@@ -26,7 +27,7 @@ TEST(PlanMemory, PredictedActivationsAndPeakAreWithinTenPercentOfTheTracker) {
   if (retort::test::world_size() == 2)
     layouts = {{"parallel.pipeline=2"}, {"parallel.tensor=2", "parallel.sequence_parallel=true"}};
   for (const std::vector<std::string>& layout : layouts)
-    for (const char* dtype : {"float32", "bfloat16"})
+    for (const char* dtype : {"float32", "bfloat16", "bfloat16 copies per use"})
       for (const char* mode : {"none", "selective", "full"}) {
         std::vector<std::string> keys = {"model.layers=4",
                                          "model.hidden=128",
@@ -34,8 +35,10 @@ TEST(PlanMemory, PredictedActivationsAndPeakAreWithinTenPercentOfTheTracker) {
                                          "data.seq_len=128",
                                          "training.micro_batch=4",
                                          "training.global_batch=8",
-                                         std::string("model.dtype=") + dtype,
                                          std::string("memory.activation_checkpointing=") + mode};
+        keys.push_back(std::string("model.dtype=") + (dtype[0] == 'f' ? "float32" : "bfloat16"));
+        if (std::string(dtype) == "bfloat16 copies per use")
+          keys.push_back("memory.keep_compute_weights=false");
         keys.insert(keys.end(), layout.begin(), layout.end());
         const TrainConfig config = retort::test::small_trainer_config(keys);
         tracker.reset_peak();
