@@ -17,15 +17,19 @@
 // Model (1), fp32 and bf16, also with the tied head's gradient deferred to the end of backward
 // (memory.defer_head_gradient), and in bf16 with the weights' copies cast at each use
 // (memory.keep_compute_weights=false), alone, with the deferred head, and with everything.
-// Then the issues' targets, each with the measured figure.
+// Then the issues' targets, each with the measured figure, and what the two keys cost in
+// throughput (trainers alive together, their single steps alternated).
+// The tokens/s of the table are one run of `steps` steps each.
 // Usage: bench_memory [steps=2] [threads=cores] [key=value ...] (keys added to every run)
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <thread>
 
 #include "bench_args.h"
@@ -102,6 +106,36 @@ Measured measure_run(const std::vector<std::string>& assignments, int steps) {
   m.activations_peak = memory.category_peaks().of(MemoryCategory::activations);
   m.host_peak = memory.peak_offloaded_bytes();
   return m;
+}
+
+// Trainers alive together, their single steps alternated for `rounds` rounds (the order
+// rotating each round) after two warm-up steps each: for each trainer after the first, each
+// round's step-time ratio first / it (its tokens/s against the first's).
+std::vector<std::vector<double>> alternated_ratios(
+    const std::vector<std::vector<std::string>>& runs, int rounds) {
+  std::vector<std::unique_ptr<engine::Trainer>> trainers;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    std::vector<std::string> keys = runs[i];
+    keys.push_back("training.steps=" + std::to_string(rounds + 3));
+    keys.push_back("run.dir=" + (std::filesystem::temp_directory_path() /
+                                 ("retort_bench_memory_alternated" + std::to_string(i)))
+                                    .string());
+    trainers.push_back(std::make_unique<engine::Trainer>(bench::bench_config(keys), nullptr));
+  }
+  for (int warm = 0; warm < 2; ++warm)
+    for (auto& trainer : trainers) trainer->train_step();
+  std::vector<std::vector<double>> ratios(runs.size());
+  for (int round = 0; round < rounds; ++round) {
+    std::vector<double> seconds(runs.size());
+    for (size_t i = 0; i < runs.size(); ++i) {
+      const size_t k = (round + i) % runs.size();
+      const auto start = std::chrono::steady_clock::now();
+      trainers[k]->train_step();
+      seconds[k] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
+    for (size_t k = 1; k < runs.size(); ++k) ratios[k].push_back(seconds[0] / seconds[k]);
+  }
+  return ratios;
 }
 
 double mb(int64_t bytes) {
@@ -299,6 +333,34 @@ int measure(int argc, char** argv) {
       mb(lean.peak.device()), lean_ratio, verdict(lean_ratio <= 0.8),
       double(lean.peak.device()) / double(deferred.peak.device()), mb(deferred.peak.device()),
       lean.tokens_per_s / bf16.tokens_per_s);
+
+  // What the two keys cost in throughput: alternated single steps, trainers alive together.
+  constexpr int kRounds = 10;
+  auto with = [&](std::vector<std::string> keys, std::vector<std::string> more) {
+    keys.insert(keys.end(), more.begin(), more.end());
+    return keys;
+  };
+  std::vector<std::string> lm_bf16 = with(lm, {"model.dtype=bfloat16"});
+  const std::vector<Variant> alternated = {
+      {"bf16 baseline", lm_bf16},
+      {"bf16 copies per use", with(lm_bf16, kBf16Only[0].keys)},
+      {"bf16 per use + deferred", with(lm_bf16, kBf16Only[1].keys)},
+  };
+  std::vector<std::vector<std::string>> bf16_keys, fp32_keys = {lm, with(lm, kHeadDeferred.keys)};
+  for (const Variant& v : alternated) bf16_keys.push_back(v.keys);
+  const auto bf16_ratios = alternated_ratios(bf16_keys, kRounds);
+  const auto fp32_ratios = alternated_ratios(fp32_keys, kRounds);
+  std::printf("\nthroughput against the baseline, alternated single steps, %d rounds:\n", kRounds);
+  auto print_ratios = [](const std::string& name, std::vector<double> ratios) {
+    std::printf("  %-32s:", name.c_str());
+    for (double r : ratios) std::printf(" %.3f", r);
+    std::sort(ratios.begin(), ratios.end());
+    std::printf("; median %.3f (%.3f-%.3f)\n", bench::median(ratios), ratios.front(),
+                ratios.back());
+  };
+  for (size_t k = 1; k < alternated.size(); ++k)
+    print_ratios(std::string(alternated[k].name) + " / bf16 baseline", bf16_ratios[k]);
+  print_ratios("fp32 head deferred / fp32 baseline", fp32_ratios[1]);
   return 0;
 }
 

@@ -114,11 +114,10 @@ torch::Tensor stacked_weights_in(at::TensorList weights, torch::ScalarType type)
   return cached_copy(weights, type);
 }
 
-void set_keep_compute_copies(bool keep) {
-  Cache& c = cache();
-  std::lock_guard<std::mutex> lock(c.mutex);
-  c.keep = keep;
-  if (!keep) c.copies.clear();
+ComputeCopyScope::ComputeCopyScope(bool keep) : previous_(cache().keep.exchange(keep)) {}
+
+ComputeCopyScope::~ComputeCopyScope() {
+  cache().keep = previous_;
 }
 
 bool compute_copies_kept() {

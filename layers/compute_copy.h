@@ -35,9 +35,20 @@ inline torch::Tensor in_type_of(const torch::Tensor& parameter, const torch::Ten
   return parameter.scalar_type() == type ? parameter : parameter.to(type);
 }
 
-// Whether copies are kept from one change of their weight to the next (the default) or cast at
-// each use; process-wide, set by the trainer from memory.keep_compute_weights.
-void set_keep_compute_copies(bool keep);
+// While alive, the process's compute copies are kept (keep true; the default outside any scope)
+// or cast at each use (keep false); scopes nest. The trainer opens one around each step and
+// each evaluation from memory.keep_compute_weights, so trainers alive together (a bench
+// alternating their steps) each run with their own.
+class ComputeCopyScope {
+ public:
+  explicit ComputeCopyScope(bool keep);
+  ~ComputeCopyScope();
+  ComputeCopyScope(const ComputeCopyScope&) = delete;
+  ComputeCopyScope& operator=(const ComputeCopyScope&) = delete;
+
+ private:
+  bool previous_;
+};
 bool compute_copies_kept();
 
 // Bytes held by the cached copies (memory accounting, tests).

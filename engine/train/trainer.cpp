@@ -123,7 +123,6 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
   model_->set_recompute({memory_config.activation_checkpointing, offloader_.get()});
   model_->set_head_chunk_tokens(memory_config.head_chunk_tokens);
   const bool head_defers = model_->set_defer_head_gradient(memory_config.defer_head_gradient);
-  layers::set_keep_compute_copies(memory_config.keep_compute_weights);
   model_->set_kernels({memory_config.fused_kernels, memory_config.attention_block_rows});
   model_->set_types(compute_dtype_, residual_dtype_);
   // Gradients are allocated inside backward as temporaries; once accumulated they count as
@@ -168,10 +167,11 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
     stage_step_->set_head_grad_sink(head_stepper_.get());
   }
   if (memory_config.defer_head_gradient && log_ &&
-      (!head_defers || head_stepper_ || distiller_)) {
-    *log_ << "retort: memory.defer_head_gradient: the head's gradient is formed as without it "
-             "here (it applies to the LM loss's head tied to the embedding on one stage, "
-             "without optimizer.in_backward and without the DP head reduction)\n";
+      (!head_defers || head_stepper_ || distiller_ || memory_config.head_chunk_tokens <= 0)) {
+    *log_ << "retort: memory.defer_head_gradient does not apply here, or not to the last "
+             "micro-batch: it applies to the LM loss's fused head tied to the embedding on one "
+             "stage, without optimizer.in_backward, and under DP > 1 to the micro-batches "
+             "before the last\n";
   }
   // The shared-memory DP segments hold the summed gradients (their .grad() views them).
   shared_gradient_bytes_ =
@@ -237,7 +237,6 @@ Trainer::~Trainer() {
   // The 16-bit copies of this trainer's weights go with it: the process-wide cache would
   // otherwise hold them until its next cast, inside whatever runs next.
   layers::clear_compute_copies();
-  layers::set_keep_compute_copies(true);  // the default, for whatever runs next
 }
 
 void Trainer::finish_resume(const std::string& path) {
@@ -440,6 +439,7 @@ StepResult Trainer::train_step() {
   StepResult result;
   result.step = progress_.step + 1;
   TraceSpan step_span([&] { return "retort step " + std::to_string(result.step); });
+  const layers::ComputeCopyScope copies(config_.memory.keep_compute_weights);
   double target_count = 0;
   const std::vector<MicroBatch> micro = read_micro_batches(target_count);
   clear_gradients();
@@ -524,6 +524,7 @@ StepResult Trainer::train_step() {
 
 double Trainer::evaluate() {
   if (!streams_.valid) return std::nan("");
+  const layers::ComputeCopyScope copies(config_.memory.keep_compute_weights);
   const TrainingConfig& training = config_.training;
   const int64_t samples = training.eval_batches * training.global_batch;
   // Micro-batches are dealt round-robin to DP ranks; sums and counts are then combined.

@@ -3,8 +3,10 @@
 // distillation (forward KL + mse pairs through projections, 2 micro-batches where the layout
 // accumulates) give the same losses and parameters with full and selective activation
 // checkpointing, with offloading, with the optimizer step inside backward and with all of
-// them together as without any: bitwise where the order of operations is unchanged (the
-// optimizer step inside backward; full checkpointing of plain training), otherwise losses
+// them together, with bf16 weight copies cast at each use and with a tied head's gradient
+// deferred to the end of backward, as without any: bitwise where the order of operations is
+// unchanged (the optimizer step inside backward; full checkpointing of plain training; copies
+// per use; the deferred head), otherwise losses
 // within 1e-6 relative in fp32, the consistency suite's derived tolerance in bf16 mixed
 // precision, and losses and parameters within 1e-12 in float64. One rank runs
 // TP1; two ranks run STP2, DP2 without and with ZeRO-1, and PP2. Plain training runs with
@@ -98,6 +100,12 @@ const std::vector<Variant>& variants() {
         "optimizer.in_backward=true"},
        true,
        true},
+      // The same casts of the same weights, at each use instead of once per step (bf16 only;
+      // fp32 and float64 have no copies).
+      {"copies_per_use", {"memory.keep_compute_weights=false"}, true},
+      // The tied head's gradient formed at the lookup's backward in blocks of vocabulary rows
+      // (tied on one stage; elsewhere unchanged), as optimizer-in-backward forms it.
+      {"head_deferred", {"memory.defer_head_gradient=true"}, true},
   };
   return v;
 }

@@ -203,12 +203,6 @@ torch::Tensor tied_head_loss(const layers::LlamaModel& model, const torch::Tenso
                              targets, model.tied_head_sink());
 }
 
-// Restores the process-wide default when a test ends, passed or not.
-struct KeepComputeCopies {
-  explicit KeepComputeCopies(bool keep) { layers::set_keep_compute_copies(keep); }
-  ~KeepComputeCopies() { layers::set_keep_compute_copies(true); }
-};
-
 }  // namespace
 
 // memory.keep_compute_weights=false: no bf16 copy of a weight is held once forward is over (the
@@ -223,7 +217,7 @@ TEST(MemoryAccounting, ComputeCopiesCastAtEachUseAreNotHeldAndChangeNoGradient) 
   std::vector<torch::Tensor> gradients[2];
   int64_t copies_after_forward[2];
   for (int keep = 1; keep >= 0; --keep) {
-    KeepComputeCopies mode(keep);
+    const layers::ComputeCopyScope mode(keep);
     layers::clear_compute_copies();
     layers::ParameterStore store(7, torch::kFloat);
     layers::LlamaModel model(config, store);
