@@ -297,6 +297,25 @@ void add_head_gradient_rows(torch::Tensor grad, const torch::Tensor& w, int64_t 
   }
 }
 
+// Rows of the head weight in the products' type: slices of its compute copy, or, where copies
+// are not kept, each block of rows cast alone (no whole copy of the head in backward).
+class HeadRowsInType {
+ public:
+  HeadRowsInType(const torch::Tensor& weight, torch::ScalarType type)
+      : weight_(weight),
+        type_(type),
+        used_(compute_copies_kept() || weight.scalar_type() == type ? weight_in(weight, type)
+                                                                    : torch::Tensor()) {}
+  torch::Tensor operator()(int64_t row, int64_t rows) const {
+    return used_.defined() ? used_.narrow(0, row, rows) : weight_.narrow(0, row, rows).to(type_);
+  }
+
+ private:
+  torch::Tensor weight_;
+  torch::ScalarType type_;
+  torch::Tensor used_;
+};
+
 // The same loss with the weight's gradient formed in backward, for a sink that streams or
 // defers it. Forward keeps the input, the per-token max and sum of exponentials, and forms
 // d/dx as above. Backward forms the softmax again block of rows by block (the same
@@ -304,8 +323,8 @@ void add_head_gradient_rows(torch::Tensor grad, const torch::Tensor& w, int64_t 
 // tokens by chunk:
 // - streamed (HeadGradSink::streams): each block, scaled, to the sink as it is formed;
 // - deferred (HeadGradSink::defers): backward only leaves the sink what forms the whole
-//   gradient later, where the sink wants it. Each block's rows are then cast to the products'
-//   type as it goes when compute copies are not kept: no whole copy of the head either.
+//   gradient later, where the sink wants it.
+// Where compute copies are not kept, each block's rows are cast as it goes (HeadRowsInType).
 struct ReplayedHeadCrossEntropy : torch::autograd::Function<ReplayedHeadCrossEntropy> {
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x2d, torch::Tensor weight,
                                torch::Tensor targets, int64_t vocab_start, int64_t vocab_size,
@@ -348,13 +367,13 @@ struct ReplayedHeadCrossEntropy : torch::autograd::Function<ReplayedHeadCrossEnt
     torch::NoGradGuard no_grad;
     const int64_t local = weight.size(0);
     const int64_t block = std::max<int64_t>(1, sink->block_rows(local));
-    // The weight as the forward multiplied by it, taken before the sink steps any row.
-    const torch::Tensor used = weight_in(weight, replay.x2d.scalar_type());
+    // Each block's rows as the forward multiplied by them, taken before the sink steps them.
+    const HeadRowsInType rows_in(weight, replay.x2d.scalar_type());
     for (int64_t row = 0; row < local; row += block) {
       const int64_t rows = std::min(block, local - row);
       torch::Tensor grad =
           torch::zeros({rows, weight.size(1)}, weight.options().dtype(accumulation_type(weight)));
-      add_head_gradient_rows(grad, used.narrow(0, row, rows), row, replay);
+      add_head_gradient_rows(grad, rows_in(row, rows), row, replay);
       sink->take_rows(row, grad.mul_(g));
     }
   }
@@ -363,17 +382,13 @@ struct ReplayedHeadCrossEntropy : torch::autograd::Function<ReplayedHeadCrossEnt
                                 const torch::Tensor& g, HeadGradSink* sink) {
     torch::NoGradGuard no_grad;
     torch::Tensor whole = zeroed_whole_gradient(sink, weight);
-    const torch::ScalarType type = replay.x2d.scalar_type();
-    const bool kept = compute_copies_kept() || weight.scalar_type() == type;
-    const torch::Tensor used = kept ? weight_in(weight, type) : torch::Tensor();
+    const HeadRowsInType rows_in(weight, replay.x2d.scalar_type());
     // Rows per block: a block's logits for one chunk of tokens stay near 2^20 elements.
     const int64_t local = weight.size(0);
     const int64_t block = std::max<int64_t>(256, (int64_t(1) << 20) / replay.chunk);
     for (int64_t row = 0; row < local; row += block) {
       const int64_t rows = std::min(block, local - row);
-      const torch::Tensor w =
-          kept ? used.narrow(0, row, rows) : weight.narrow(0, row, rows).to(type);
-      add_head_gradient_rows(whole.narrow(0, row, rows), w, row, replay);
+      add_head_gradient_rows(whole.narrow(0, row, rows), rows_in(row, rows), row, replay);
     }
     return whole.mul_(g);
   }

@@ -103,6 +103,11 @@ const std::vector<Variant>& variants() {
       // The same casts of the same weights, at each use instead of once per step (bf16 only;
       // fp32 and float64 have no copies).
       {"copies_per_use", {"memory.keep_compute_weights=false"}, true},
+      // The streamed head then casts each block of rows alone.
+      {"in_backward+per_use",
+       {"optimizer.in_backward=true", "memory.keep_compute_weights=false"},
+       true,
+       true},
       // The tied head's gradient formed at the lookup's backward in blocks of vocabulary rows
       // (tied on one stage; elsewhere unchanged), as optimizer-in-backward forms it.
       {"head_deferred", {"memory.defer_head_gradient=true"}, true},
