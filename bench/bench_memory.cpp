@@ -255,7 +255,8 @@ int measure(int argc, char** argv) {
   std::printf("|---|---|---|---|---|---|\n");
   for (const auto& [name, m] :
        {std::pair<const char*, const Measured*>{"fp32", &lm_runs["baseline"]},
-        {"bf16", &bf16_runs["baseline"]}}) {
+        {"bf16", &bf16_runs["baseline"]},
+        {"bf16 per use + deferred", &bf16_runs["per use + deferred"]}}) {
     const double n = double(m->parameter_count);
     std::printf("| %s | %.2f | %.2f | %.2f | %.2f | %.2f |\n", name, m->peak.of(C::parameters) / n,
                 m->peak.of(C::compute_weights) / n, m->peak.of(C::gradients) / n,
