@@ -166,6 +166,9 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
     if (!stepping) sync_->set_on_progress([this] { head_stepper_->progress(); });
     stage_step_->set_head_grad_sink(head_stepper_.get());
   }
+  if (!memory_config.keep_compute_weights && log_ && compute_dtype_ == dtype_)
+    *log_ << "retort: memory.keep_compute_weights=false has no effect: the weights are used in "
+             "their own type (it applies under model.dtype=bfloat16)\n";
   if (memory_config.defer_head_gradient && log_ &&
       (!head_defers || head_stepper_ || distiller_ || memory_config.head_chunk_tokens <= 0)) {
     *log_ << "retort: memory.defer_head_gradient does not apply here, or not to the last "
