@@ -10,7 +10,6 @@
 
 #include "parallel/collective_watchdog.h"
 #include "parallel/mpi_runtime.h"
-#include "tests/support/blas_own_kernels.h"
 
 namespace {
 
@@ -36,7 +35,6 @@ class FailurePrinter : public ::testing::EmptyTestEventListener {
 }  // namespace
 
 int main(int argc, char** argv) {
-  retort::test::use_blas_own_kernels();
   retort::parallel::set_mpi_defaults();  // as every program's MpiRuntime
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);

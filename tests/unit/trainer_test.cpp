@@ -59,12 +59,20 @@ TEST(Trainer, LossFallsFarBelowUniform) {
   EXPECT_LT(trainer.evaluate(), 2.8);                  // and generalise to held-out text
 }
 
+// Largest difference relative to b's largest magnitude.
+double relative_difference(const torch::Tensor& a, const torch::Tensor& b) {
+  const double scale = b.abs().max().item<double>();
+  return (a - b).abs().max().item<double>() / (scale > 0 ? scale : 1.0);
+}
+
 // 8 steps straight with `straight_keys` equal 4 steps with `first_keys`, save, and 4 resumed
-// steps with `resumed_keys`: losses, parameters and AdamW state bitwise.
+// steps with `resumed_keys`: losses, parameters and AdamW state bitwise, or, where the two
+// runs form some sums in another order, within `tolerance` relative.
 void expect_resume_equals_uninterrupted(const std::string& name,
                                         const std::vector<std::string>& straight_keys,
                                         const std::vector<std::string>& first_keys,
-                                        const std::vector<std::string>& resumed_keys) {
+                                        const std::vector<std::string>& resumed_keys,
+                                        double tolerance = 0) {
   const std::vector<std::string> shape = {
       "model.layers=2",           "model.hidden=64",         "model.ffn_hidden=172",
       "data.seq_len=32",          "training.global_batch=8", "training.micro_batch=4",
@@ -94,18 +102,26 @@ void expect_resume_equals_uninterrupted(const std::string& name,
 
   ASSERT_EQ(split_losses.size(), all_losses.size());
   for (size_t i = 0; i < all_losses.size(); ++i)
-    EXPECT_EQ(split_losses[i], all_losses[i]) << "step " << i + 1;  // bitwise
+    if (tolerance == 0)
+      EXPECT_EQ(split_losses[i], all_losses[i]) << "step " << i + 1;  // bitwise
+    else
+      EXPECT_LE(std::abs(split_losses[i] - all_losses[i]), tolerance * std::abs(all_losses[i]))
+          << "step " << i + 1;
+  auto expect_same = [&](const torch::Tensor& a, const torch::Tensor& b, const std::string& what) {
+    if (tolerance == 0)
+      EXPECT_TRUE(torch::equal(a, b)) << what;
+    else
+      EXPECT_LE(relative_difference(b, a), tolerance) << what;
+  };
   auto& a = straight.parameters().all();
   auto& b = resumed.parameters().all();
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_TRUE(torch::equal(a[i].value, b[i].value)) << a[i].spec.name;
-    EXPECT_TRUE(torch::equal(straight.optimizer().states()[i].exp_avg,
-                             resumed.optimizer().states()[i].exp_avg))
-        << a[i].spec.name;
-    EXPECT_TRUE(torch::equal(straight.optimizer().states()[i].exp_avg_sq,
-                             resumed.optimizer().states()[i].exp_avg_sq))
-        << a[i].spec.name;
+    expect_same(a[i].value, b[i].value, a[i].spec.name);
+    expect_same(straight.optimizer().states()[i].exp_avg, resumed.optimizer().states()[i].exp_avg,
+                a[i].spec.name + " exp_avg");
+    expect_same(straight.optimizer().states()[i].exp_avg_sq,
+                resumed.optimizer().states()[i].exp_avg_sq, a[i].spec.name + " exp_avg_sq");
   }
   EXPECT_EQ(straight.optimizer().steps(), resumed.optimizer().steps());
   // Both runs end with a checkpoint (checkpoint.save_at_end): the resumed run's header records
@@ -138,19 +154,29 @@ TEST(Trainer, ResumeIsExactInBFloat16) {
 }
 
 // The optimizer step inside backward (2 micro-batches accumulated per step) stores the same
-// optimizer state, so it resumes exactly, and can be switched on or off at resume.
+// optimizer state, so it resumes exactly, and can be switched on or off at resume. Switched,
+// the head's products take other shapes for part of the run (tests/mpi/memory_exactness_test.cpp
+// says why that is not bitwise on every CPU), so those runs are float64 and held to the bound
+// derived there for 8 steps of hidden 64 and chunks of at most 128 tokens:
+// 8 x 2 x (2 x 64 u + 2 x 128 u) = 6.8e-13 < 1e-12.
 TEST(Trainer, ResumeWithOptimizerInBackward) {
   const std::vector<std::string> off = {"optimizer.grad_clip=0"};
   const std::vector<std::string> on = {"optimizer.grad_clip=0", "optimizer.in_backward=true"};
   expect_resume_equals_uninterrupted("in_backward", on, on, on);
-  expect_resume_equals_uninterrupted("switched_on", off, off, on);
-  expect_resume_equals_uninterrupted("switched_off", off, on, off);
+  std::vector<std::string> off64 = off, on64 = on;
+  off64.push_back("model.dtype=float64");
+  on64.push_back("model.dtype=float64");
+  constexpr double kReordered = 1e-12;
+  expect_resume_equals_uninterrupted("switched_on", off64, off64, on64, kReordered);
+  expect_resume_equals_uninterrupted("switched_off", off64, on64, off64, kReordered);
   // Tied: the head rows the lookup reaches step at the end of backward, the rest in blocks.
-  std::vector<std::string> tied_on = on, tied_off = off;
+  std::vector<std::string> tied_on = on, tied_off64 = off64, tied_on64 = on64;
   tied_on.push_back("model.tied_embeddings=true");
-  tied_off.push_back("model.tied_embeddings=true");
+  tied_off64.push_back("model.tied_embeddings=true");
+  tied_on64.push_back("model.tied_embeddings=true");
   expect_resume_equals_uninterrupted("in_backward_tied", tied_on, tied_on, tied_on);
-  expect_resume_equals_uninterrupted("switched_on_tied", tied_off, tied_off, tied_on);
+  expect_resume_equals_uninterrupted("switched_on_tied", tied_off64, tied_off64, tied_on64,
+                                     kReordered);
 }
 
 TEST(Trainer, SameSeedSameRunDifferentSeedDifferentRun) {
