@@ -130,6 +130,27 @@ RETORT_ALWAYS_INLINE void rope_rows(X* __restrict x, const T* __restrict cos,
 // carry about 2000 roundings per lane.
 constexpr int64_t kSumBlock = 512;
 
+// The sum of term(j) over [begin, end) in an order fixed here, not by the compiler: lane k adds
+// the terms j = begin + k (mod 16) in turn, then the 16 lanes add pairwise (k + 8 into k, then
+// k + 4, ...). A reduction clause would let the compiler pick the lanes by vector width and
+// element type, so the float and the bf16 loops (and one ISA and another) could sum the same
+// values in different orders; this way they sum them alike on any machine.
+constexpr int kSumLanes = 16;
+
+template <typename T, typename Term>
+RETORT_ALWAYS_INLINE T sum_in_lanes(int64_t begin, int64_t end, Term&& term) {
+  T lanes[kSumLanes] = {};
+  int64_t j = begin;
+  for (; j + kSumLanes <= end; j += kSumLanes) {
+#pragma omp simd
+    for (int k = 0; k < kSumLanes; ++k) lanes[k] += term(j + k);
+  }
+  for (int k = 0; j + k < end; ++k) lanes[k] += term(j + k);
+  for (int width = kSumLanes / 2; width > 0; width /= 2)
+    for (int k = 0; k < width; ++k) lanes[k] += lanes[k + width];
+  return lanes[0];
+}
+
 template <typename T>
 RETORT_ALWAYS_INLINE void cross_entropy_row_loop(T* z, int64_t rows, int64_t cols, int64_t real,
                                                  int64_t stride, const int64_t* target, T* max_out,
@@ -141,13 +162,11 @@ RETORT_ALWAYS_INLINE void cross_entropy_row_loop(T* z, int64_t rows, int64_t col
     double sum = 0;
     for (int64_t b = 0; b < real; b += kSumBlock) {
       const int64_t e = std::min(real, b + kSumBlock);
-      T part = 0;
-#pragma omp simd reduction(+ : part)
-      for (int64_t j = b; j < e; ++j) {
+      const T part = sum_in_lanes<T>(b, e, [&](int64_t j) {
         const T v = vector_exp(row[j] - m);
         row[j] = v;
-        part += v;
-      }
+        return v;
+      });
       sum += double(part);
     }
     max_out[r] = m;
@@ -205,9 +224,8 @@ RETORT_ALWAYS_INLINE void cross_entropy_row_loop_bf16(Bf16* z, int64_t rows, int
     double sum = 0;
     for (int64_t b = 0; b < real; b += kSumBlock) {
       const int64_t e = std::min(real, b + kSumBlock);
-      float part = 0;
-#pragma omp simd reduction(+ : part)
-      for (int64_t j = b; j < e; ++j) part += vector_exp(widen(row[j]) - m);
+      const float part =
+          sum_in_lanes<float>(b, e, [&](int64_t j) { return vector_exp(widen(row[j]) - m); });
       sum += double(part);
     }
     max_out[r] = m;
