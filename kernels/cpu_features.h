@@ -5,6 +5,7 @@
 // assuming the fallbacks work. The cap also picks which compiled variant of each row loop runs
 // (kernels/isa_variants.h), so the baseline variants are tested on this machine too.
 #pragma once
+#include <string>
 
 namespace retort::kernels {
 
@@ -14,5 +15,13 @@ enum class Isa { baseline, avx2, avx512 };
 // stops the process with one line naming it.
 Isa kernel_isa();
 const char* isa_name(Isa isa);
+
+// Which CPU this is, for figures that must name their machine and for per-machine caches:
+// "AuthenticAMD family 25 model 17 (AMD EPYC 9R14), avx512, 2 cores" from CPUID (family and
+// model as Linux prints them), the kernel ISA in use and the cores this process may run on.
+std::string cpu_signature();
+
+// The cores this process may run on (its affinity mask), at least 1.
+int available_cores();
 
 }  // namespace retort::kernels
