@@ -8,6 +8,7 @@
 #include "layers/capture.h"
 #include "layers/compute_copy.h"
 #include "layers/vocab_parallel.h"
+#include "layers/widened_products.h"
 #include "parallel/primitives.h"
 
 namespace retort::distill {
@@ -120,9 +121,10 @@ torch::Tensor Distiller::output_loss(const HeadInput& student, const HeadInput& 
         layers::fused_head_cross_entropy_sum(student.input, student.weight, targets, vocab_size,
                                              tp_, lm_chunk_tokens, student.weight_grad_sink);
   } else {  // the unfused head asked for
-    ce_sum = layers::vocab_parallel_cross_entropy(torch::matmul(student.input, student.weight.t()),
-                                                  targets, vocab_size, tp_)
-                 .sum();
+    ce_sum =
+        layers::vocab_parallel_cross_entropy(
+            layers::matmul_widening(student.input, student.weight.t()), targets, vocab_size, tp_)
+            .sum();
   }
   torch::Tensor lm = ce_sum / target_count;
   terms->add(PendingTerms::Term::lm, lm);
@@ -145,7 +147,8 @@ torch::Tensor Distiller::activation_loss(const torch::Tensor& targets,
     if (!local(i)) continue;
     const ActivationPair& pair = config_.pairs[i];
     torch::Tensor s = student_sink.at(pair.student);
-    if (projections_[i].defined()) s = torch::matmul(s, layers::in_type_of(projections_[i], s).t());
+    if (projections_[i].defined())
+      s = layers::matmul_widening(s, layers::in_type_of(projections_[i], s).t());
     torch::Tensor t = teacher_sink.take(pair.teacher);  // freed once this loss is built
     const double count = fault_injected(Fault::ActivationLocalTokens)
                              ? local_weight.sum().item<double>()

@@ -13,6 +13,7 @@
 #include "layers/compute_copy.h"
 #include "layers/kernel_route.h"
 #include "layers/linear_products.h"
+#include "layers/widened_products.h"
 
 namespace retort::distill {
 namespace {
@@ -25,7 +26,7 @@ constexpr double kInfinity = std::numeric_limits<double>::infinity();
 // A chunk's logits x @ weight^T in the type the loss is taken in: float32 for 16-bit heads
 // (layers/accumulation_type.h), whose products alone run in 16 bits.
 torch::Tensor chunk_logits(const torch::Tensor& x, const torch::Tensor& weight) {
-  return torch::matmul(x, weight.t()).to(layers::accumulation_type(x));
+  return layers::matmul_widening(x, weight.t()).to(layers::accumulation_type(x));
 }
 // A buffer for a chunk's logit gradient, in that type.
 torch::Tensor gradient_buffer(int64_t len, int64_t columns, const torch::Tensor& x) {
@@ -502,7 +503,7 @@ struct HeadLogitDistillation : torch::autograd::Function<HeadLogitDistillation> 
                      chunk_logits(xt.narrow(0, start, len), teacher_real_weight), kd_coefficient,
                      ce_coefficient, start, len);
       const torch::Tensor dz = out.to(xs.scalar_type());  // the products' type
-      grad_x.narrow(0, start, len).copy_(torch::matmul(dz, student_real_weight));
+      grad_x.narrow(0, start, len).copy_(layers::matmul_widening(dz, student_real_weight));
       layers::add_transposed_product(grad_w_real, dz, xs_c);
     }
     result[0] = grad_x;

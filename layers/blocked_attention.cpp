@@ -11,6 +11,7 @@
 #include "kernels/attention_kernels.h"
 #include "layers/functional.h"
 #include "layers/kernel_route.h"
+#include "layers/widened_products.h"
 #include "parallel/background_progress.h"
 
 namespace retort::layers {
@@ -59,7 +60,7 @@ std::vector<KeyBlock> key_blocks(const Shape& sh, int64_t q0, int64_t rows) {
 // twice as fast as by a transposed view of k (inner dimension d = 64 here).
 torch::Tensor block_scores(const Shape& sh, const torch::Tensor& q_block, const torch::Tensor& k_t,
                            int64_t q0, int64_t rows, const KeyBlock& kb) {
-  torch::Tensor scores = torch::matmul(q_block, k_t.narrow(3, kb.begin, kb.size));
+  torch::Tensor scores = matmul_widening(q_block, k_t.narrow(3, kb.begin, kb.size));
   if (kb.needs_mask) {
     torch::Tensor mask = attention_mask(rows, kb.size, q0 - kb.begin, sh.window, scores.options());
     scores.view({sh.b, sh.kv_heads, sh.group, rows, kb.size}).add_(mask);
@@ -224,7 +225,7 @@ struct BlockedAttention : torch::autograd::Function<BlockedAttention> {
         // Rows that have seen no visible key yet keep max -inf; shift them by 0 so exp gives 0.
         torch::Tensor shift = new_max.masked_fill(new_max == neg_inf, 0.0);
         p.sub_(shift).exp_();
-        torch::Tensor pv = torch::matmul(p, v.narrow(2, kb.begin, kb.size));
+        torch::Tensor pv = matmul_widening(p, v.narrow(2, kb.begin, kb.size));
         if (!acc.defined()) {
           running_sum = p.sum(-1, true);
           acc = pv;
@@ -278,12 +279,12 @@ struct BlockedAttention : torch::autograd::Function<BlockedAttention> {
       torch::Tensor dq_block;
       for (const KeyBlock& kb : key_blocks(sh, q0, rows)) {
         torch::Tensor p = block_scores(sh, q_block, k_t, q0, rows, kb).sub_(lse_block).exp_();
-        dv.narrow(2, kb.begin, kb.size).add_(torch::matmul(p.transpose(-1, -2), d_out));
+        dv.narrow(2, kb.begin, kb.size).add_(matmul_widening(p.transpose(-1, -2), d_out));
         torch::Tensor ds =
-            torch::matmul(d_out, v_t.narrow(3, kb.begin, kb.size)).sub_(dot_block).mul_(p);
-        torch::Tensor dq_part = torch::matmul(ds, k.narrow(2, kb.begin, kb.size));
+            matmul_widening(d_out, v_t.narrow(3, kb.begin, kb.size)).sub_(dot_block).mul_(p);
+        torch::Tensor dq_part = matmul_widening(ds, k.narrow(2, kb.begin, kb.size));
         dq_block = dq_block.defined() ? dq_block.add_(dq_part) : dq_part;
-        dk.narrow(2, kb.begin, kb.size).add_(torch::matmul(ds.transpose(-1, -2), q_block));
+        dk.narrow(2, kb.begin, kb.size).add_(matmul_widening(ds.transpose(-1, -2), q_block));
       }
       dq.narrow(3, q0, rows)
           .copy_(dq_block.mul_(sh.scale).view({sh.b, sh.kv_heads, sh.group, rows, sh.d}));

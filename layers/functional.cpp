@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "layers/compute_copy.h"
+#include "layers/widened_products.h"
 
 namespace retort::layers {
 
@@ -53,10 +54,10 @@ torch::Tensor grouped_attention(const torch::Tensor& q, const torch::Tensor& k,
   const int64_t kv_heads = k.size(1), group = heads / kv_heads;
   // Fold the query heads of one group next to each other instead of copying k and v.
   torch::Tensor qg = q.reshape({b, kv_heads, group * s, d});
-  torch::Tensor scores = torch::matmul(qg, k.transpose(-1, -2)) / std::sqrt(double(d));
+  torch::Tensor scores = matmul_widening(qg, k.transpose(-1, -2)) / std::sqrt(double(d));
   scores = scores.view({b, kv_heads, group, s, k.size(2)}) + mask;
   torch::Tensor probs = torch::softmax(scores, -1).view({b, kv_heads, group * s, k.size(2)});
-  return torch::matmul(probs, v).view({b, heads, s, d});
+  return matmul_widening(probs, v).view({b, heads, s, d});
 }
 
 torch::Tensor library_attention(const torch::Tensor& q, const torch::Tensor& k,

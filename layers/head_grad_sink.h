@@ -15,6 +15,7 @@
 #include "kernels/mixed_gemm.h"
 #include "layers/accumulation_type.h"
 #include "layers/grad_destinations.h"
+#include "layers/widened_products.h"
 
 namespace retort::layers {
 
@@ -114,7 +115,7 @@ inline torch::Tensor zeroed_whole_gradient(HeadGradSink* sink, const torch::Tens
 inline void add_transposed_product(torch::Tensor& grad, const torch::Tensor& a,
                                    const torch::Tensor& b) {
   if (grad.scalar_type() == a.scalar_type()) {
-    grad.addmm_(a.t(), b);
+    add_mm_widening(grad, a.t(), b);
     return;
   }
   const bool mixed = grad.scalar_type() == torch::kFloat && a.scalar_type() == torch::kBFloat16 &&
@@ -132,16 +133,14 @@ inline void add_transposed_product(torch::Tensor& grad, const torch::Tensor& a,
   const int64_t rows = grad.size(0), block = std::max<int64_t>(256, (int64_t(1) << 20) / b.size(1));
   for (int64_t row = 0; row < rows; row += block) {
     const int64_t count = std::min(block, rows - row);
-    grad.narrow(0, row, count).add_(torch::mm(a.narrow(1, row, count).t(), b));
+    torch::Tensor rows = grad.narrow(0, row, count);
+    add_mm_widening(rows, a.narrow(1, row, count).t(), b);
   }
 }
 
 // sum += a b, summed in sum's type (as above).
 inline void add_product(torch::Tensor sum, const torch::Tensor& a, const torch::Tensor& b) {
-  if (sum.scalar_type() == a.scalar_type())
-    sum.addmm_(a, b);
-  else
-    sum.add_(torch::mm(a, b));
+  add_mm_widening(sum, a, b);
 }
 
 // The head weight's whole gradient, formed in forward and scaled in backward: to a sink that

@@ -7,6 +7,7 @@
 #include "layers/compute_copy.h"
 #include "layers/grad_destinations.h"
 #include "layers/kernel_route.h"
+#include "layers/widened_products.h"
 #include "parallel/background_progress.h"
 
 namespace retort::layers {
@@ -63,10 +64,9 @@ std::vector<int64_t> with_last(const torch::Tensor& x, int64_t last) {
 }  // namespace
 
 void product_into(torch::Tensor& out, const torch::Tensor& a, const torch::Tensor& b) {
-  if (out.scalar_type() == a.scalar_type())
-    at::mm_out(out, a, b);
-  else  // a 16-bit product (the CPU has no mixed-type one) rounded once into a wider gradient
-    out.copy_(torch::mm(a, b));
+  // A 16-bit product into a wider gradient: rounded once (the CPU has no mixed-type product),
+  // or widened to float32 where bf16 products are (layers/widened_products.h).
+  mm_out_widening(out, a, b);
 }
 
 // bench_products' rows against MKL (the header says where): ahead or level from 64 to 256
@@ -75,7 +75,7 @@ void product_into(torch::Tensor& out, const torch::Tensor& a, const torch::Tenso
 torch::Tensor product_by_transposed(const torch::Tensor& x, const torch::Tensor& weight) {
   const torch::Tensor w = weight_in(weight, x.scalar_type());
   const torch::Tensor x2d = x.reshape({-1, x.size(-1)});
-  if (!use_tile(x2d, w)) return torch::matmul(x, w.t());
+  if (!use_tile(x2d, w)) return matmul_widening(x, w.t());
   // B = W^T: element (p, c) is W[c][p].
   const torch::Tensor w_data = w.detach();
   return tile_product(x2d.detach(), w_data.data_ptr<float>(), w_data.stride(1), w_data.stride(0),
@@ -85,7 +85,7 @@ torch::Tensor product_by_transposed(const torch::Tensor& x, const torch::Tensor&
 torch::Tensor product_by(const torch::Tensor& dy, const torch::Tensor& weight) {
   const torch::Tensor w = weight_in(weight, dy.scalar_type());
   const torch::Tensor dy2d = dy.reshape({-1, dy.size(-1)});
-  if (!use_tile(dy2d, w)) return torch::matmul(dy, w);
+  if (!use_tile(dy2d, w)) return matmul_widening(dy, w);
   const torch::Tensor w_data = w.detach();
   return tile_product(dy2d.detach(), w_data.data_ptr<float>(), w_data.stride(0), w_data.stride(1),
                       w.size(1), with_last(dy, w.size(1)));
@@ -96,7 +96,7 @@ void product_by_out(torch::Tensor& out, const torch::Tensor& dy, const torch::Te
   if (out.is_contiguous() && out.dim() == 2 && dy.dim() == 2 && use_tile(dy, w))
     out.copy_(product_by(dy, w));
   else
-    torch::mm_out(out, dy, w);
+    mm_out_widening(out, dy, w);
 }
 
 torch::Tensor LinearProduct::forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
@@ -125,7 +125,7 @@ torch::autograd::variable_list LinearProduct::backward(torch::autograd::Autograd
     if (dw.defined())
       product_into(dw, dy_t, x2d);
     else
-      dw = torch::matmul(dy_t, x2d);  // in the activations' type; autograd casts it to w's
+      dw = matmul_widening(dy_t, x2d);  // in the activations' type; autograd casts it to w's
   }
   return {dx, dw, torch::Tensor()};
 }

@@ -7,6 +7,7 @@
 #include "layers/fused_ops.h"
 #include "layers/kernel_route.h"
 #include "layers/vocab_parallel.h"
+#include "layers/widened_products.h"
 
 namespace retort::layers {
 namespace {
@@ -76,7 +77,7 @@ torch::Tensor LlamaModel::head_input(const torch::Tensor& hidden) const {
 
 torch::Tensor LlamaModel::unmasked_logits(const torch::Tensor& hidden) const {
   const torch::Tensor input = head_input(hidden);
-  return torch::matmul(input, in_type_of(lm_head_, input).t());
+  return matmul_widening(input, in_type_of(lm_head_, input).t());
 }
 
 torch::Tensor LlamaModel::head_logits(const torch::Tensor& hidden) const {
@@ -126,8 +127,8 @@ torch::Tensor LlamaModel::forward_cached(const torch::Tensor& tokens, KvCache& c
   cache.length = position + n;
   torch::Tensor normed = rms_norm(x, final_norm_, config_.norm_eps);
   return mask_padded_logits(
-      torch::matmul(tp_.enter_column(normed), in_type_of(lm_head_, normed).t()), config_.vocab_size,
-      tp_);
+      matmul_widening(tp_.enter_column(normed), in_type_of(lm_head_, normed).t()),
+      config_.vocab_size, tp_);
 }
 
 int64_t count_targets(const torch::Tensor& targets) {

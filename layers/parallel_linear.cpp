@@ -4,6 +4,7 @@
 #include "layers/compute_copy.h"
 #include "layers/grad_destinations.h"
 #include "layers/linear_products.h"
+#include "layers/widened_products.h"
 #include "parallel/background_progress.h"
 
 namespace retort::layers {
@@ -105,7 +106,7 @@ struct PackedProduct : torch::autograd::Function<PackedProduct> {
       result.insert(result.end(), destinations.begin(), destinations.end());
       return result;
     }
-    torch::Tensor dw = torch::matmul(dy_t, x2d);  // autograd casts each part to its weight's type
+    torch::Tensor dw = matmul_widening(dy_t, x2d);  // autograd casts each part to its weight's type
     int64_t row = 0;
     for (const torch::Tensor& w : weights) {
       result.push_back(dw.narrow(0, row, w.size(0)));

@@ -14,6 +14,7 @@
 #include "layers/compute_copy.h"
 #include "layers/kernel_route.h"
 #include "layers/linear_products.h"
+#include "layers/widened_products.h"
 
 namespace retort::layers {
 namespace {
@@ -218,7 +219,7 @@ FusedHeadResult fused_head_forward(const torch::Tensor& x2d, const torch::Tensor
     z.scatter_add_(1, local_index.unsqueeze(1),
                    (-keep * (in_range & tc.ne(kIgnore)).to(z.dtype())).unsqueeze(1));
     z = z.to(x2d.scalar_type());  // the products run in the activations' type
-    if (want_x) result.grad_x.narrow(0, start, len).copy_(torch::matmul(z, used));
+    if (want_x) result.grad_x.narrow(0, start, len).copy_(matmul_widening(z, used));
     if (want_weight) add_transposed_product(result.grad_weight, z, xc);
   }
   return result;
