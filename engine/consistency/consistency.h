@@ -97,8 +97,12 @@ struct ComparisonRow {
 ComparisonRow check_reference(const std::string& name, const LayoutRecord& reference);
 // `other` against the reference: every step's loss, terms, gradient norm, gradients and
 // activations within the tolerances, the same names on both sides, and its own replicas.
+// The gradient norm is held to `norm_tolerance` (the loss's by default).
 ComparisonRow compare_records(const std::string& name, const LayoutRecord& reference,
-                              const LayoutRecord& other, const ConsistencyTolerances& tol);
+                              const LayoutRecord& other, const ConsistencyTolerances& tol,
+                              double norm_tolerance = -1);
+// --exact's tolerance for the gradient norm: a float32 sum of squares in another order.
+constexpr double kExactGradientNorm = 1e-6;
 // The table, then each failure (at most `max_failures` lines per layout).
 std::string format_comparison_table(const std::vector<ComparisonRow>& rows,
                                     const ConsistencyTolerances& tol, size_t max_failures = 12);

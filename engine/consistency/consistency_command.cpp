@@ -17,7 +17,8 @@ int run_consistency_command(int argc, char** argv, parallel::MpiRuntime& mpi,
                             const std::function<void(size_t)>& before_layout) {
   po::options_description options("Usage: engine_consistency CONFIG.yaml [key=value ...]");
   std::string layouts_text, out;
-  int64_t accumulation = 2;
+  int64_t accumulation = 2, reference_accumulation = 1;
+  bool exact = false;
   options.add_options()("help,h", "print this help")(
       "layouts",
       po::value<std::string>(&layouts_text)
@@ -26,7 +27,11 @@ int run_consistency_command(int argc, char** argv, parallel::MpiRuntime& mpi,
       "out", po::value<std::string>(&out)->default_value("runs/consistency"),
       "directory for the per-layout HDF5 records")(
       "accumulation", po::value<int64_t>(&accumulation)->default_value(2),
-      "micro-batches per step on every layout");
+      "micro-batches per step on every layout but the reference")(
+      "reference-accumulation", po::value<int64_t>(&reference_accumulation)->default_value(1),
+      "micro-batches per step on the reference (the first layout)")(
+      "exact", po::bool_switch(&exact),
+      "hold every layout bitwise to the reference (layouts that run the same operations)");
   const ConfigCommandLine line = parse_config_command_line(argc, argv, options);
   const po::variables_map& vm = line.options;
   if (vm.count("help") || line.config.empty()) {
@@ -38,7 +43,15 @@ int run_consistency_command(int argc, char** argv, parallel::MpiRuntime& mpi,
                    "table).\n";
     return vm.count("help") ? 0 : 2;
   }
+  using Flag = std::pair<const char*, int64_t>;
+  for (const auto& [flag, value] : {Flag{"--accumulation", accumulation},
+                                    Flag{"--reference-accumulation", reference_accumulation}})
+    if (value < 1)
+      throw UserError(std::string(flag) + " " + std::to_string(value) +
+                      ": a step takes at least one micro-batch");
   Config config = Config::load(line.config, line.overrides);
+  config.apply_override("run.dir=" + out + "/runs");  // the layouts' metrics beside the records
+  auto accumulation_of = [&](size_t i) { return i == 0 ? reference_accumulation : accumulation; };
   std::vector<std::string> names;
   boost::split(names, layouts_text, boost::is_any_of(","));
   std::vector<ConsistencyLayout> layouts;
@@ -50,12 +63,12 @@ int run_consistency_command(int argc, char** argv, parallel::MpiRuntime& mpi,
   }
   // Every layout is checked before any runs: a bad last one fails in a second, not after
   // the others have run.
-  for (const ConsistencyLayout& layout : layouts)
-    consistency_train_config(config, layout, accumulation);
+  for (size_t i = 0; i < layouts.size(); ++i)
+    consistency_train_config(config, layouts[i], accumulation_of(i));
   std::vector<LayoutRecord> records(layouts.size());
   for (size_t i = 0; i < layouts.size(); ++i) {
     if (before_layout) before_layout(i);
-    run_consistency_layout(config, layouts[i], accumulation, MPI_COMM_WORLD, &records[i]);
+    run_consistency_layout(config, layouts[i], accumulation_of(i), MPI_COMM_WORLD, &records[i]);
     if (mpi.world_rank() == 0) {
       write_record(out + "/" + layouts[i].file_name() + ".h5", records[i]);
       std::cout << "ran " << layouts[i].name << " (" << records[i].transport << "): losses";
@@ -67,16 +80,21 @@ int run_consistency_command(int argc, char** argv, parallel::MpiRuntime& mpi,
   }
   int failed = 0;
   if (mpi.world_rank() == 0) {
-    const TrainConfig reference = consistency_train_config(config, layouts[0], accumulation);
+    const TrainConfig reference =
+        consistency_train_config(config, layouts[0], reference_accumulation);
     const ConsistencyTolerances tol =
-        tolerances_for(config.get_string("model.dtype"), reference.model.layers,
-                       reference.training.global_batch * reference.data.seq_len);
+        exact ? ConsistencyTolerances{0, 0, 0}
+              : tolerances_for(config.get_string("model.dtype"), reference.model.layers,
+                               reference.training.global_batch * reference.data.seq_len);
     std::vector<ComparisonRow> rows = {check_reference(layouts[0].name, records[0])};
     for (size_t i = 1; i < layouts.size(); ++i)
-      rows.push_back(compare_records(layouts[i].name, records[0], records[i], tol));
+      rows.push_back(compare_records(layouts[i].name, records[0], records[i], tol,
+                                     exact ? kExactGradientNorm : tol.loss));
     for (const ComparisonRow& row : rows) failed |= !row.ok();
     std::cout << "reference: " << layouts[0].name << " (" << config.get_string("model.dtype")
-              << ")\n"
+              << ", " << reference_accumulation << " micro-batch(es) a step; the others "
+              << accumulation << ")" << (exact ? ", every layout held bitwise (|g| to 1e-6)" : "")
+              << "\n"
               << format_comparison_table(rows, tol) << std::flush;
   }
   MPI_Bcast(&failed, 1, MPI_INT, 0, MPI_COMM_WORLD);
