@@ -14,9 +14,12 @@ namespace {
 
 KernelMode mode_from_environment() {
   const char* value = std::getenv("RETORT_KERNELS");
-  if (!value || !*value || std::strcmp(value, "auto") == 0) return KernelMode::automatic;
+  // The config key runtime.kernels spells it "automatic"; both spellings are taken here.
+  if (!value || !*value || std::strcmp(value, "auto") == 0 || std::strcmp(value, "automatic") == 0)
+    return KernelMode::automatic;
   if (std::strcmp(value, "aten") == 0) return KernelMode::aten;
-  std::fprintf(stderr, "error: RETORT_KERNELS='%s' is not one of auto, aten\n", value);
+  std::fprintf(stderr, "error: RETORT_KERNELS='%s' is not one of automatic (or auto), aten\n",
+               value);
   std::exit(2);
 }
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "parallel/host_names.h"
 
@@ -91,14 +92,28 @@ std::string describe(const std::string& name, Transport transport,
 
 }  // namespace
 
-int Mesh::local_rank() const {
-  if (world_->mpi() == MPI_COMM_NULL) return 0;
+namespace {
+
+// This rank's number among the ranks sharing its host's memory, and how many they are.
+std::pair<int, int> place_on_host(MPI_Comm world, int world_rank) {
+  if (world == MPI_COMM_NULL) return {0, 1};
   MPI_Comm node;
-  MPI_Comm_split_type(world_->mpi(), MPI_COMM_TYPE_SHARED, world_rank_, MPI_INFO_NULL, &node);
-  int local = 0;
-  MPI_Comm_rank(node, &local);
+  MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, world_rank, MPI_INFO_NULL, &node);
+  int rank = 0, size = 1;
+  MPI_Comm_rank(node, &rank);
+  MPI_Comm_size(node, &size);
   MPI_Comm_free(&node);
-  return local;
+  return {rank, size};
+}
+
+}  // namespace
+
+int Mesh::local_rank() const {
+  return place_on_host(world_->mpi(), world_rank_).first;
+}
+
+int Mesh::ranks_on_host() const {
+  return place_on_host(world_->mpi(), world_rank_).second;
 }
 
 std::vector<std::string> Mesh::choose_transports(TransportChoice choice, int gpu) {

@@ -47,6 +47,8 @@ class Mesh {
   std::vector<std::string> choose_transports(TransportChoice choice, int gpu);
   // This rank's number among the ranks of its host (0 for a single process); collective.
   int local_rank() const;
+  // How many ranks share this rank's host (1 for a single process); collective.
+  int ranks_on_host() const;
   // After choose_transports: the host name (MPI_Get_processor_name) of every world rank.
   const std::vector<std::string>& host_names() const { return host_names_; }
   // For the start-up banner when the world spans several hosts (else empty): which ranks

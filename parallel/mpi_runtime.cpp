@@ -4,12 +4,20 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <thread>
 
 #include "parallel/collective_watchdog.h"
 
 namespace retort::parallel {
+namespace {
+
+// The communicator the ranks that found bad input agree over; no other call uses it.
+MPI_Comm error_agreement = MPI_COMM_NULL;
+
+}  // namespace
 
 void set_mpi_defaults() {
   setenv("OMPI_MCA_btl_tcp_progress_thread", "1", /*overwrite=*/0);
@@ -36,6 +44,7 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
   int length = 0;
   MPI_Get_processor_name(name, &length);
   host_.assign(name, length);
+  if (error_agreement == MPI_COMM_NULL) MPI_Comm_dup(MPI_COMM_WORLD, &error_agreement);
   init_collective_watchdog();
 }
 
@@ -48,6 +57,45 @@ MpiRuntime::~MpiRuntime() {
 int MpiRuntime::threads_per_rank() const {
   int cores = static_cast<int>(std::thread::hardware_concurrency());
   return std::max(1, cores / std::max(1, local_size_));
+}
+
+void MpiRuntime::exit_on_user_error(const std::string& message) {
+  int initialized = 0, finalized = 0, size = 1, rank = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  const bool mpi_up = initialized && !finalized;
+  if (mpi_up) {
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  }
+  if (!mpi_up || size == 1 || error_agreement == MPI_COMM_NULL) {
+    std::fprintf(stderr, "error: %s\n", message.c_str());
+    std::fflush(stderr);
+    if (mpi_up) MPI_Finalize();
+    std::exit(2);
+  }
+  // Every rank that found the error joins; the count completes only if all did.
+  int mine = 1, total = 0;
+  MPI_Request request;
+  MPI_Iallreduce(&mine, &total, 1, MPI_INT, MPI_SUM, error_agreement, &request);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  int done = 0;
+  while (!done && std::chrono::steady_clock::now() < deadline) {
+    MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+    if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (done && total == size) {
+    if (rank == 0) std::fprintf(stderr, "error: %s\n", message.c_str());
+    std::fflush(stderr);
+    MPI_Barrier(error_agreement);  // rank 0's line is out before any rank leaves
+    MPI_Finalize();
+    std::exit(2);
+  }
+  std::fprintf(stderr, "error: %s\n", message.c_str());
+  std::fflush(stderr);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // mpirun forwards the line
+  MPI_Abort(MPI_COMM_WORLD, 2);
+  std::exit(2);
 }
 
 void MpiRuntime::abort_all(int code) {

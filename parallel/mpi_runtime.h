@@ -35,6 +35,12 @@ class MpiRuntime {
 
   // Ends every rank at once after a fatal error seen on one rank.
   [[noreturn]] static void abort_all(int code);
+  // Ends the job for bad input found on this rank, printing "error: <message>" once where
+  // the terminal sees it. The ranks that found it agree over a communicator of their own
+  // (no other collective can match theirs): when every rank did, rank 0 prints the line and
+  // all exit with 2, without MPI_Abort; when some did not within a grace period (they wait
+  // elsewhere), each that did prints it, lets mpirun forward it, then aborts the job with 2.
+  [[noreturn]] static void exit_on_user_error(const std::string& message);
 
  private:
   bool owns_mpi_ = false;

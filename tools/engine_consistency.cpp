@@ -18,8 +18,7 @@ int main(int argc, char** argv) {
   try {
     return engine::run_consistency_command(argc, argv, mpi);
   } catch (const UserError& e) {
-    if (mpi.world_rank() == 0) std::cerr << "error: " << e.what() << std::endl;
-    parallel::MpiRuntime::abort_all(2);
+    parallel::MpiRuntime::exit_on_user_error(e.what());
   } catch (const std::exception& e) {
     std::cerr << "internal error: " << e.what() << std::endl;
     parallel::MpiRuntime::abort_all(3);

@@ -156,7 +156,6 @@ int main(int argc, char** argv) {
   try {
     return run(argc, argv, mpi);
   } catch (const UserError& e) {
-    if (mpi.world_rank() == 0) std::cerr << "error: " << e.what() << std::endl;
-    parallel::MpiRuntime::abort_all(2);
+    parallel::MpiRuntime::exit_on_user_error(e.what());
   }
 }

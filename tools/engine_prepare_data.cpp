@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <climits>
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -140,11 +142,19 @@ int prepare(int argc, char** argv) {
     }
     return ids;
   };
+  if (workers < 0)
+    throw UserError("--workers " + std::to_string(workers) +
+                    ": a count of processes (0 = one per core)");
+  if (!(chunk_mb > 0) || !std::isfinite(chunk_mb) || chunk_mb > 1e6) {
+    char shown[32];
+    std::snprintf(shown, sizeof shown, "%g", chunk_mb);
+    throw UserError(std::string("--chunk-mb ") + shown + ": a size in MB above 0");
+  }
   PrepareOptions prepare;
   prepare.output = output;
   prepare.dtype = parse_dtype(dtype_name);
   prepare.workers = workers > 0 ? workers : int(std::max(1u, std::thread::hardware_concurrency()));
-  prepare.chunk_bytes = chunk_mb > 0 ? int64_t(chunk_mb * 1048576.0) : int64_t(64) << 20;
+  prepare.chunk_bytes = std::max<int64_t>(1, int64_t(chunk_mb * 1048576.0));
   prepare.progress = !vm.count("quiet");
   const std::vector<fs::path> files = collect_inputs(vm["input"].as<std::vector<std::string>>());
   if (!vm.count("allow-binary")) refuse_binary(files);

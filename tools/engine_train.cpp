@@ -5,6 +5,8 @@
 #include <torch/torch.h>
 
 #include <boost/program_options.hpp>
+#include <cmath>
+#include <cstdio>
 #include <iostream>
 #include <limits>
 
@@ -30,6 +32,13 @@ namespace po = boost::program_options;
 using namespace retort;
 
 namespace {
+
+// A number as a user would write it ("2", "inf", "1e-06").
+std::string shortest(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", value);
+  return text;
+}
 
 // Thrown on every rank once all ranks agree a set-up phase failed; main exits cleanly.
 struct AgreedFailure {};
@@ -91,6 +100,14 @@ int train(int argc, char** argv, const parallel::MpiRuntime& mpi) {
   }
   if (line.config.empty())
     throw UserError("no config file given (usage: engine_train CONFIG.yaml)");
+  // The planner's flags mean nothing to a training run: given without --plan, they would be
+  // ignored while a whole run starts.
+  if (!vm.count("plan"))
+    for (const char* flag : {"search", "nodes", "gpus-per-node", "device", "tflops", "efficiency",
+                             "memory-gb", "intra-gbps", "inter-gbps"})
+      if (vm.count(flag) && !vm[flag].defaulted())
+        throw UserError(std::string("--") + flag +
+                        " is a --plan flag: add --plan to plan (without it engine_train trains)");
   if (vm.count("plan")) {
     if (!root) return 0;
     engine::ClusterShape cluster;
@@ -107,15 +124,30 @@ int train(int argc, char** argv, const parallel::MpiRuntime& mpi) {
                                {"inter-gbps", &cluster.device.inter_gbps}})
       if (vm.count(flag)) {
         *field = vm[flag].as<double>();
-        if (!(*field > 0)) throw UserError(std::string("--") + flag + " must be positive");
+        if (!(*field > 0) || !std::isfinite(*field))
+          throw UserError(std::string("--") + flag + " " + shortest(*field) +
+                          ": must be a positive finite number");
       }
+    if (cluster.device.efficiency > 1)
+      throw UserError("--efficiency " + shortest(cluster.device.efficiency) +
+                      ": a fraction of the device's peak, at most 1");
     const engine::Config config = engine::Config::load(line.config, line.overrides);
     if (vm.count("search")) {
-      std::cout << engine::plan_search_report(config, cluster);
+      bool any_fits = false;
+      std::cout << engine::plan_search_report(config, cluster, 6, &any_fits) << std::flush;
+      if (!any_fits)
+        throw UserError("--plan --search: no layout of " +
+                        std::to_string(cluster.nodes * cluster.gpus_per_node) + " ranks fits in " +
+                        std::to_string(int(cluster.device.memory_gb)) +
+                        " GB per rank (the smallest are listed above)");
       return 0;
     }
+    std::string does_not_fit;
     std::cout << engine::plan_report(
-        engine::make_train_config(config, cluster.nodes * cluster.gpus_per_node), cluster);
+                     engine::make_train_config(config, cluster.nodes * cluster.gpus_per_node),
+                     cluster, &does_not_fit)
+              << std::flush;
+    if (!does_not_fit.empty()) throw UserError(does_not_fit);
     return 0;
   }
   engine::Config config;
@@ -169,8 +201,7 @@ int main(int argc, char** argv) {
     if (mpi.world_rank() == 0) std::cerr << "error: " << e.what() << std::endl;
     return e.exit_code;
   } catch (const UserError& e) {
-    if (mpi.world_rank() == 0) std::cerr << "error: " << e.what() << std::endl;
-    parallel::MpiRuntime::abort_all(2);
+    parallel::MpiRuntime::exit_on_user_error(e.what());
   } catch (const c10::Error& e) {
     std::cerr << "internal error: " << e.what_without_backtrace() << std::endl;
     parallel::MpiRuntime::abort_all(3);

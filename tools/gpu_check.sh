@@ -37,7 +37,9 @@ mode=run
 from="$here/gpu_pack"
 while [[ $# -gt 0 ]]; do
   case "$1" in
-    --pack) mode=pack; from="${2:?--pack needs a folder}"; shift 2 ;;
+    --pack)
+      [[ $# -ge 2 && -n "$2" && "$2" != -* ]] || { echo "error: gpu_check.sh: --pack needs a folder (tools/gpu_check.sh --pack DIR)" >&2; exit 2; }
+      mode=pack; from="$2"; shift 2 ;;
     --dry-run) mode=dry-run; shift ;;
     --from) from="${2:?--from needs a folder}"; shift 2 ;;
     --inside-namespace) mode=inside; shift ;;  # the dry run, re-entered (internal)

@@ -33,6 +33,17 @@ die() {
   exit 1
 }
 
+usage_error() {  # bad arguments: one line, exit 2
+  echo "error: sim_hosts.sh: $*" >&2
+  exit 2
+}
+
+# number WHAT VALUE: a plain non-negative decimal number (no unit)
+number() {
+  [[ "$2" =~ ^[0-9]+([.][0-9]+)?$ ]] ||
+    usage_error "$1 '$2' is not a number (a plain number, without a unit)"
+}
+
 netns_of() {  # TAG HOST -> the namespace of HOST in run TAG, from the registry the run made
   awk -v h="$2" '$1 == h { print $2; found = 1 } END { exit !found }' \
     "$state_root/$1/hosts" 2>/dev/null || die "run '$1' has no simulated host named '$2'"
@@ -56,15 +67,22 @@ cmd_kill() {
 }
 
 cmd_run() {
+  (($# >= 2)) || usage_error "run needs HOSTS SLOTS [--wire DELAY_MS RATE_MBIT] -- COMMAND"
   local hosts="$1" slots="$2"
   shift 2
+  [[ "$hosts" =~ ^[1-9][0-9]*$ ]] || usage_error "HOSTS '$hosts' is not a positive whole number"
+  [[ "$slots" =~ ^[1-9][0-9]*$ ]] || usage_error "SLOTS '$slots' is not a positive whole number"
   wire_delay="" wire_rate=""
   if [[ "${1:-}" == "--wire" ]]; then
+    (($# >= 3)) || usage_error "--wire needs DELAY_MS and RATE_MBIT"
     wire_delay="$2" wire_rate="$3"
+    number "--wire DELAY_MS" "$wire_delay"
+    number "--wire RATE_MBIT" "$wire_rate"
+    [[ "$wire_rate" =~ [1-9] ]] || usage_error "--wire RATE_MBIT '$wire_rate' must be above 0"
     shift 3
   fi
   [[ "${1:-}" == "--" ]] && shift
-  (($# > 0)) || die "run HOSTS SLOTS -- COMMAND"
+  (($# > 0)) || usage_error "run HOSTS SLOTS [--wire DELAY_MS RATE_MBIT] -- COMMAND: no COMMAND"
   if [[ $EUID -ne 0 ]] || ! command -v ip >/dev/null; then
     echo "sim_hosts: skipped: simulated hosts need root and iproute2 (ip netns)"
     exit 77
@@ -167,5 +185,5 @@ case "${1:-}" in
   run) shift && cmd_run "$@" ;;
   agent) shift && cmd_agent "$@" ;;
   kill) shift && cmd_kill "$@" ;;
-  *) die "usage: sim_hosts.sh run|agent|kill ... (see the header)" ;;
+  *) usage_error "'${1:-}': the first argument is run, agent or kill (see the header)" ;;
 esac

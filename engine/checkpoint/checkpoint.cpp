@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -326,72 +327,106 @@ void save_checkpoint(const std::string& path, parallel::Mesh& mesh,
   }
   const std::string file = rank_file(mesh.world_rank());
   nlohmann::json mine = nlohmann::json::array();
-  if (!pieces.empty() || root) {
-    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-    const std::string file_path = (fs::path(partial) / file).string();
-    {
-      H5Handle h5{H5Fcreate(file_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose};
-      if (h5.id < 0) throw UserError("cannot create checkpoint file '" + file_path + "'");
-      for (size_t k = 0; k < pieces.size(); ++k) {
-        const torch::Tensor& t = pieces[k].second;
-        h5_write_tensor(h5.id, "/" + pieces[k].first, t);
-        const uint32_t crc = crc32c(t.data_ptr(), size_t(t.numel() * t.element_size()));
-        mine.push_back({{"tensor", pieces[k].first},
-                        {"offset", boxes[k].offset},
-                        {"shape", boxes[k].shape},
-                        {"crc32c", crc},
-                        {"global_shape", global_shapes[k]},
-                        {"dtype", dtype_name(t.scalar_type())}});
-      }
-      if (root)
-        h5_write_tensor(h5.id, "/rng/torch_cpu", at::detail::getDefaultCPUGenerator().get_state());
+  // A write that fails on any rank (a full disk, a folder made read-only) stops every rank
+  // with its one line, and the unfinished folder goes: it would fill the disk for nothing.
+  auto agreed_or_cleaned = [&](const std::function<void()>& phase) {
+    try {
+      run_agreed_over(&world, phase);
+    } catch (const UserError&) {
+      std::error_code error;
+      if (root) fs::remove_all(partial, error);
+      throw;
     }
-    fsync_path(file_path);
-  }
+  };
+  agreed_or_cleaned([&] {
+    if (pieces.empty() && !root) return;
+    {
+      H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+      const std::string file_path = (fs::path(partial) / file).string();
+      // A file system without room for this rank's file stops the save before HDF5 starts
+      // it: a file HDF5 cannot finish stays open in the library and fails again at exit.
+      int64_t bytes = int64_t(1) << 16;  // the file's own structure, generously
+      for (const auto& piece : pieces)
+        bytes += piece.second.numel() * int64_t(piece.second.element_size());
+      std::error_code space_error;
+      const fs::space_info space = fs::space(partial, space_error);
+      if (!space_error && int64_t(space.available) < bytes)
+        throw UserError("cannot write checkpoint file '" + file_path + "': it needs " +
+                        std::to_string(bytes) + " bytes and its file system has " +
+                        std::to_string(space.available) + " free (no space left)");
+      {
+        H5Handle h5{H5Fcreate(file_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
+                    H5Fclose};
+        if (h5.id < 0)
+          throw UserError("cannot create checkpoint file '" + file_path + "'" +
+                          why_writes_fail(partial));
+        for (size_t k = 0; k < pieces.size(); ++k) {
+          const torch::Tensor& t = pieces[k].second;
+          h5_write_tensor(h5.id, "/" + pieces[k].first, t);
+          const uint32_t crc = crc32c(t.data_ptr(), size_t(t.numel() * t.element_size()));
+          mine.push_back({{"tensor", pieces[k].first},
+                          {"offset", boxes[k].offset},
+                          {"shape", boxes[k].shape},
+                          {"crc32c", crc},
+                          {"global_shape", global_shapes[k]},
+                          {"dtype", dtype_name(t.scalar_type())}});
+        }
+        if (root)
+          h5_write_tensor(h5.id, "/rng/torch_cpu",
+                          at::detail::getDefaultCPUGenerator().get_state());
+      }
+      fsync_path(file_path);
+    }
+  });
   if (fault_injected(Fault::KillAfterRankFiles)) ::raise(SIGKILL);
   // Rank 0 collects every rank's pieces into the index, then renames the directory into
   // place: only a checkpoint whose every file is on disk ever has its final name.
   const std::vector<std::string> all = gather_strings(world, mine.dump());
-  if (root) {
-    nlohmann::json index = {
-        {"format", kFormat},       {"version", kVersion},
-        {"step", progress.step},   {"consumed_samples", progress.consumed_samples},
-        {"seed", progress.seed},   {"optimizer_steps", optimizer ? optimizer->steps() : 0},
-        {"rng_file", rank_file(0)}};
-    if (!progress.model_json.empty()) index["model"] = nlohmann::json::parse(progress.model_json);
-    if (progress.seq_len > 0) index["seq_len"] = progress.seq_len;
-    nlohmann::json tensors = nlohmann::json::object();
-    for (size_t r = 0; r < all.size(); ++r)
-      for (const nlohmann::json& p : nlohmann::json::parse(all[r])) {
-        nlohmann::json& t = tensors[p["tensor"].get<std::string>()];
-        t["shape"] = p["global_shape"];
-        t["dtype"] = p["dtype"];
-        t["pieces"].push_back({{"file", rank_file(int(r))},
-                               {"offset", p["offset"]},
-                               {"shape", p["shape"]},
-                               {"crc32c", p["crc32c"]}});
-      }
-    index["tensors"] = tensors;
-    {
-      std::ofstream out((fs::path(partial) / kIndex).string());
-      out << index.dump(1) << "\n";
-      if (!out) throw UserError("cannot write '" + partial + "/" + kIndex + "'");
-    }
-    fsync_path((fs::path(partial) / kIndex).string());
-    if (fault_injected(Fault::KillBeforeRename)) ::raise(SIGKILL);
-    if (fs::exists(path)) fs::remove_all(path);  // the same step saved again
-    fs::rename(partial, path);
-    fsync_path(fs::path(path).parent_path().string());
-    if (fault_injected(Fault::KillBeforeLatest)) ::raise(SIGKILL);
-    if (point_latest) {  // through a rename
-      const fs::path latest = fs::path(path).parent_path() / "latest";
+  agreed_or_cleaned([&] {
+    if (root) {
+      nlohmann::json index = {
+          {"format", kFormat},       {"version", kVersion},
+          {"step", progress.step},   {"consumed_samples", progress.consumed_samples},
+          {"seed", progress.seed},   {"optimizer_steps", optimizer ? optimizer->steps() : 0},
+          {"rng_file", rank_file(0)}};
+      if (!progress.model_json.empty()) index["model"] = nlohmann::json::parse(progress.model_json);
+      if (progress.seq_len > 0) index["seq_len"] = progress.seq_len;
+      if (!progress.dtype.empty()) index["dtype"] = progress.dtype;
+      nlohmann::json tensors = nlohmann::json::object();
+      for (size_t r = 0; r < all.size(); ++r)
+        for (const nlohmann::json& p : nlohmann::json::parse(all[r])) {
+          nlohmann::json& t = tensors[p["tensor"].get<std::string>()];
+          t["shape"] = p["global_shape"];
+          t["dtype"] = p["dtype"];
+          t["pieces"].push_back({{"file", rank_file(int(r))},
+                                 {"offset", p["offset"]},
+                                 {"shape", p["shape"]},
+                                 {"crc32c", p["crc32c"]}});
+        }
+      index["tensors"] = tensors;
       {
-        std::ofstream out(latest.string() + ".partial");
-        out << fs::path(path).filename().string() << "\n";
+        std::ofstream out((fs::path(partial) / kIndex).string());
+        out << index.dump(1) << "\n";
+        if (!out)
+          throw UserError("cannot write '" + partial + "/" + kIndex + "'" +
+                          why_writes_fail(partial));
       }
-      fs::rename(latest.string() + ".partial", latest);
+      fsync_path((fs::path(partial) / kIndex).string());
+      if (fault_injected(Fault::KillBeforeRename)) ::raise(SIGKILL);
+      if (fs::exists(path)) fs::remove_all(path);  // the same step saved again
+      fs::rename(partial, path);
+      fsync_path(fs::path(path).parent_path().string());
+      if (fault_injected(Fault::KillBeforeLatest)) ::raise(SIGKILL);
+      if (point_latest) {  // through a rename
+        const fs::path latest = fs::path(path).parent_path() / "latest";
+        {
+          std::ofstream out(latest.string() + ".partial");
+          out << fs::path(path).filename().string() << "\n";
+        }
+        fs::rename(latest.string() + ".partial", latest);
+      }
     }
-  }
+  });
   world.barrier();
 }
 
@@ -451,6 +486,7 @@ TrainingProgress load_checkpoint(const std::string& path, parallel::Mesh& mesh,
   progress.consumed_samples = index.header.value("consumed_samples", int64_t(0));
   progress.seed = index.header.value("seed", uint64_t(0));
   progress.seq_len = index.header.value("seq_len", int64_t(0));
+  progress.dtype = index.header.value("dtype", std::string());
   if (optimizer) optimizer->set_steps(index.header.value("optimizer_steps", int64_t(0)));
   return progress;
 }

@@ -30,6 +30,7 @@ struct TrainingProgress {
   uint64_t seed = 0;
   std::string model_json;  // the model's shape (model_config_json), stored with it
   int64_t seq_len = 0;     // the sequence length trained on (data.seq_len); 0 = not recorded
+  std::string dtype;       // model.dtype trained in ("float32", "bfloat16", ...); "" = not recorded
 };
 
 // The shape of a model as JSON, and back; a checkpoint stores it under /model/config_json so

@@ -1,6 +1,7 @@
 // engine/checkpoint/h5_tensors.cpp: see h5_tensors.h.
 #include "engine/checkpoint/h5_tensors.h"
 
+#include "common/make_directories.h"
 #include "common/user_error.h"
 
 namespace retort::engine {
@@ -21,8 +22,13 @@ void h5_write_tensor(hid_t file, const std::string& path, const torch::Tensor& t
   H5Pset_create_intermediate_group(lcpl.id, 1);
   H5Handle set{H5Dcreate2(file, path.c_str(), type, space.id, lcpl.id, H5P_DEFAULT, H5P_DEFAULT),
                H5Dclose};
-  if (set.id < 0 || H5Dwrite(set.id, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data_ptr()) < 0)
-    throw UserError("failed to write '" + path + "' to the checkpoint");
+  if (set.id < 0 || H5Dwrite(set.id, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data_ptr()) < 0) {
+    const int saved = errno;
+    char name[4096] = {};
+    H5Fget_name(file, name, sizeof name);
+    throw UserError("failed to write '" + path + "' to the checkpoint file '" + name + "'" +
+                    why_writes_fail(std::filesystem::path(name).parent_path().string(), saved));
+  }
 }
 
 bool h5_exists(hid_t file, const std::string& path) {

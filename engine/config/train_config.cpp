@@ -82,6 +82,9 @@ TrainConfig make_train_config(const Config& source, int world_size) {
               objective.logits.kind != distill::LogitLoss::reverse_kl,
           "distill.teacher_top_k needs forward_kl or soft_ce (reverse_kl is undefined where the "
           "top-k teacher has zero probability)");
+  require(objective.logits.teacher_top_k <= model.vocab_size,
+          "distill.teacher_top_k=" + str(objective.logits.teacher_top_k) +
+              " is above the vocabulary (model.vocab_size=" + str(model.vocab_size) + ")");
   distill_settings.enabled = objective.logit_weight > 0 || objective.activation_weight > 0;
   require(objective.lm_weight > 0 || distill_settings.enabled,
           "distill.lm_weight, distill.logit_weight and distill.activation_weight are all 0");

@@ -87,30 +87,30 @@ struct DistillSettings {
   bool teacher_shape_given = false;  // any teacher.<size> key set; else from its checkpoint
 };
 
-#define RETORT_PARALLEL_KEYS(KEY)                                                           \
-  KEY(int64_t, tensor, "parallel.tensor", 1, 1, 1e6, "tensor-parallel ranks")               \
-  KEY(int64_t, pipeline, "parallel.pipeline", 1, 1, 1e6, "pipeline stages")                 \
-  KEY(std::vector<int64_t>, pipeline_split, "parallel.pipeline_split", {}, 1, 1e6,          \
-      "layers per pipeline stage, first to last; [] = even split (remainder to the first)") \
-  KEY(IntOrAuto, data, "parallel.data", {}, 1, 1e6, "data-parallel ranks or auto")          \
-  KEY(bool, sequence_parallel, "parallel.sequence_parallel", false, 0, 0,                   \
-      "shard the residual stream along the sequence over TP")                               \
-  KEY(double, dp_bucket_mb, "parallel.dp_bucket_mb", 4, 0.001, 1e5,                         \
-      "data-parallel gradient bucket size (MB); a full bucket is reduced during backward")  \
-  KEY(bool, dp_head_blocks, "parallel.dp_head_blocks", false, 0, 0,                         \
+#define RETORT_PARALLEL_KEYS(KEY)                                                            \
+  KEY(int64_t, tensor, "parallel.tensor", 1, 1, 1e6, "tensor-parallel ranks")                \
+  KEY(int64_t, pipeline, "parallel.pipeline", 1, 1, 1e6, "pipeline stages")                  \
+  KEY(std::vector<int64_t>, pipeline_split, "parallel.pipeline_split", {}, 1, 1e6,           \
+      "layers per pipeline stage, first to last; [] = even split (remainder to the first)")  \
+  KEY(IntOrAuto, data, "parallel.data", {}, 1, 1e6, "data-parallel ranks or auto")           \
+  KEY(bool, sequence_parallel, "parallel.sequence_parallel", false, 0, 0,                    \
+      "shard the residual stream along the sequence over TP")                                \
+  KEY(double, dp_bucket_mb, "parallel.dp_bucket_mb", 4, 0.001, 1e5,                          \
+      "data-parallel gradient bucket size (MB); a full bucket is reduced during backward")   \
+  KEY(bool, dp_head_blocks, "parallel.dp_head_blocks", false, 0, 0,                          \
       "form the LM head's weight gradient in backward, block of vocabulary rows by block, "  \
       "and start each block's DP sum at once (the head's logits are formed twice): more of " \
-      "the sum hides behind backward where the DP link is slow")                           \
-  KEY(bool, dp_shared_memory, "parallel.dp_shared_memory", true, 0, 0,                      \
-      "sum data-parallel gradients through shared memory when all DP ranks share a node "   \
-      "(not under ZeRO-1); false = MPI all-reduce")                                         \
-  KEY(ReduceDType, dp_reduce_dtype, "parallel.dp_reduce_dtype", ReduceDType::float32, 0, 0, \
-      "type the DP gradient sums travel and are summed in over MPI (bfloat16: half the "    \
-      "bytes, each partial sum rounded, as NCCL's bf16 sums; the shared-memory sum stays "  \
-      "float32)")                                                                           \
-  KEY(GpuTransport, gpu_transport, "parallel.gpu_transport", GpuTransport::automatic, 0, 0, \
-      "how groups move GPU tensors: automatic = NCCL where each rank of a group has its "   \
-      "own GPU, host-staged MPI where ranks share one; nccl; host_staged (also stages CPU " \
+      "the sum hides behind backward where the DP link is slow")                             \
+  KEY(bool, dp_shared_memory, "parallel.dp_shared_memory", true, 0, 0,                       \
+      "sum data-parallel gradients through shared memory when all DP ranks share a node "    \
+      "(not under ZeRO-1); false = MPI all-reduce")                                          \
+  KEY(ReduceDType, dp_reduce_dtype, "parallel.dp_reduce_dtype", ReduceDType::float32, 0, 0,  \
+      "type the DP gradient sums travel and are summed in over MPI (bfloat16: half the "     \
+      "bytes, each partial sum rounded, as NCCL's bf16 sums; the shared-memory sum stays "   \
+      "float32)")                                                                            \
+  KEY(GpuTransport, gpu_transport, "parallel.gpu_transport", GpuTransport::automatic, 0, 0,  \
+      "how groups move GPU tensors: automatic = NCCL where each rank of a group has its "    \
+      "own GPU, host-staged MPI where ranks share one; nccl; host_staged (also stages CPU "  \
       "tensors: a test of that path)")
 
 struct ParallelConfig {
@@ -151,6 +151,8 @@ struct LoggingConfig {
 // The keys of the run itself.
 #define RETORT_RUN_KEYS(KEY)                                                                     \
   KEY(std::string, run_dir, "run.dir", "runs/default", 0, 0, "where checkpoints and metrics go") \
+  KEY(bool, overwrite, "run.overwrite", false, 0, 0,                                             \
+      "a fresh run may delete another run's checkpoints and metrics in run.dir (it lists them)") \
   KEY(int64_t, seed, "seed", 1234, 0, 9.2e18, "seed for initialisation and data order")          \
   KEY(DType, dtype, "model.dtype", DType::float32, 0, 0,                                         \
       "compute dtype; bfloat16: float32 main weights, gradients and optimizer state")            \

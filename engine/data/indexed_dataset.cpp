@@ -127,13 +127,21 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
 
   bin_ = static_cast<const uint8_t*>(map_file(bin_path, &bin_size_));
   const size_t item = dtype_size(dtype_);
+  uint64_t end = 0;  // where the index's last sequence ends
   for (int64_t i = 0; i < sequence_count_; ++i) {
     const int64_t length = sequence_length(i), start = pointer(i);
     if (length < 0 || start < 0 || uint64_t(start) > bin_size_ ||
         uint64_t(length) * item > bin_size_ - uint64_t(start))
       throw UserError("data file '" + bin_path + "' is shorter than its index says (sequence " +
                       std::to_string(i) + " ends past byte " + std::to_string(bin_size_) + ")");
+    end = std::max(end, uint64_t(start) + uint64_t(length) * item);
   }
+  // The format stores the sequences back to back: bytes the index does not reach mean the two
+  // files were written for different datasets (or the .bin was written to since).
+  if (end != bin_size_)
+    throw UserError("data file '" + bin_path + "' holds " + std::to_string(bin_size_) +
+                    " bytes but its index '" + idx_path + "' accounts for " + std::to_string(end) +
+                    ": the two files are not one dataset");
 }
 
 int64_t IndexedDataset::sequence_length(int64_t i) const {

@@ -1,6 +1,7 @@
 // engine/generate/generator.cpp: see generator.h.
 #include "engine/generate/generator.h"
 
+#include "common/machine_memory.h"
 #include "common/user_error.h"
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/hf/hf_model.h"
@@ -44,6 +45,9 @@ InferenceModel load_inference_model(const std::string& path, parallel::Mesh& mes
     throw UserError("the model's " + std::to_string(m.config.heads) + " heads and ffn " +
                     std::to_string(m.config.ffn_hidden) + " do not split over " +
                     std::to_string(tp.size()) + " TP ranks");
+  if (device.is_cpu())
+    require_memory(m.config.parameter_count() / tp.size() * int64_t(torch::elementSize(dtype)),
+                   mesh.ranks_on_host(), "the model of '" + m.source + "'");
   m.store = std::make_unique<layers::ParameterStore>(0, dtype, tp.position(), device);
   m.model = std::make_unique<layers::LlamaModel>(m.config, *m.store, tp);
   if (hf)

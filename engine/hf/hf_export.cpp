@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 
+#include "common/machine_memory.h"
 #include "common/make_directories.h"
 #include "common/user_error.h"
 #include "engine/checkpoint/checkpoint.h"
@@ -129,7 +130,10 @@ std::vector<std::string> export_hf(const std::string& checkpoint, const std::str
     index["weight_map"] = weight_map;
     write_text(fs::path(out_dir) / "model.safetensors.index.json", index.dump(2) + "\n");
   }
-  write_text(fs::path(out_dir) / "config.json", hf_config_json(*config));
+  const char* type_name = dtype == torch::kBFloat16 ? "bfloat16"
+                          : dtype == torch::kHalf   ? "float16"
+                                                    : "float32";
+  write_text(fs::path(out_dir) / "config.json", hf_config_json(*config, type_name));
   return removed;
 }
 
@@ -151,6 +155,7 @@ void import_hf(const std::string& hf_dir, const std::string& checkpoint,
                       "replace it (its parameters and optimizer state are lost)");
   }
   const layers::ModelConfig config = read_hf_config(hf_dir);
+  require_memory(config.parameter_count() * 4, 1, "the model of '" + hf_dir + "' in float32");
   std::unique_ptr<parallel::Mesh> mesh = parallel::Mesh::single_process();
   layers::ParameterStore store(0, torch::kFloat);
   layers::LlamaModel model(config, store);

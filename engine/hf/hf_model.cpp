@@ -1,13 +1,17 @@
 // engine/hf/hf_model.cpp: see hf_model.h.
 #include "engine/hf/hf_model.h"
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
 #include <sstream>
+#include <tuple>
+#include <type_traits>
 
 #include "common/user_error.h"
 #include "layers/sharding.h"
@@ -22,19 +26,72 @@ nlohmann::json read_json(const std::string& path) {
   if (!in) throw UserError("cannot read '" + path + "'");
   std::stringstream text;
   text << in.rdbuf();
-  nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, false);
-  if (j.is_discarded() || !j.is_object()) throw UserError("'" + path + "' is not a JSON object");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text.str());
+  } catch (const nlohmann::json::parse_error& e) {
+    // Python's json writes NaN and Infinity, which JSON has no words for.
+    throw UserError("'" + path + "' is not valid JSON at byte " + std::to_string(e.byte) +
+                    " (NaN or Infinity are not JSON numbers)");
+  }
+  if (!j.is_object()) throw UserError("'" + path + "' is not a JSON object");
   return j;
+}
+
+// A whole number, as JSON may write it (64 or 64.0), or a finite real.
+template <typename T>
+T number_of(const nlohmann::json& value, const std::string& key, const std::string& source) {
+  if (!value.is_number())
+    throw UserError("'" + source + "': key '" + key + "' has the wrong type (a number)");
+  const double v = value.get<double>();
+  if constexpr (std::is_integral_v<T>) {
+    if (value.is_number_integer()) return value.get<T>();
+    if (!(std::abs(v) < 9e18) || v != std::floor(v))
+      throw UserError("'" + source + "': key '" + key + "' is " + value.dump() +
+                      ", not a whole number");
+    return T(v);
+  } else {
+    if (!std::isfinite(v))
+      throw UserError("'" + source + "': key '" + key + "' is not a finite number");
+    return T(v);
+  }
+}
+
+// The range Retort's own key for the same field allows (layers/model_config.h), so a
+// Hugging Face config is held to what a Retort config would be.
+struct ModelKeyRange {
+  double min, max;
+};
+ModelKeyRange model_key_range(const std::string& retort_key) {
+#define RETORT_KEY_RANGE(type, member, path, fallback, min, max, help) \
+  if (retort_key == path) return {double(min), double(max)};
+  RETORT_MODEL_KEYS(RETORT_KEY_RANGE)
+#undef RETORT_KEY_RANGE
+  return {-kUnbounded, kUnbounded};
+}
+
+void check_in_range(double value, const std::string& hf_key, const std::string& retort_key,
+                    const std::string& source) {
+  const ModelKeyRange range = model_key_range(retort_key);
+  if (value >= range.min && value <= range.max) return;
+  std::ostringstream message;
+  message << "'" << source << "': " << hf_key << " " << value << " is outside [" << range.min
+          << ", " << range.max << "] (as " << retort_key << ")";
+  throw UserError(message.str());
 }
 
 template <typename T>
 T get_key(const nlohmann::json& j, const std::string& key, const std::string& source) {
   if (!j.contains(key) || j[key].is_null())
     throw UserError("'" + source + "': key '" + key + "' is missing");
-  try {
-    return j[key].get<T>();
-  } catch (const nlohmann::json::exception&) {
-    throw UserError("'" + source + "': key '" + key + "' has the wrong type");
+  if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
+    return number_of<T>(j[key], key, source);
+  } else {
+    try {
+      return j[key].get<T>();
+    } catch (const nlohmann::json::exception&) {
+      throw UserError("'" + source + "': key '" + key + "' has the wrong type");
+    }
   }
 }
 
@@ -106,6 +163,17 @@ layers::ModelConfig read_hf_config(const std::string& dir) {
     c.rope_theta = get_key<double>(*rope, "rope_theta", source);
   c.norm_eps = get_or<double>(j, "rms_norm_eps", 1e-6, source);
   c.tied_embeddings = get_or<bool>(j, "tie_word_embeddings", false, source);
+  for (const auto& [hf_key, value, retort_key] :
+       std::initializer_list<std::tuple<const char*, double, const char*>>{
+           {"vocab_size", double(c.vocab_size), "model.vocab_size"},
+           {"hidden_size", double(c.hidden), "model.hidden"},
+           {"num_hidden_layers", double(c.layers), "model.layers"},
+           {"num_attention_heads", double(c.heads), "model.heads"},
+           {"num_key_value_heads", double(c.kv_heads), "model.kv_heads"},
+           {"intermediate_size", double(c.ffn_hidden), "model.ffn_hidden"},
+           {"rope_theta", c.rope_theta, "model.rope_theta"},
+           {"rms_norm_eps", c.norm_eps, "model.norm_eps"}})
+    check_in_range(value, hf_key, retort_key, source);
   if (c.heads <= 0 || c.hidden % c.heads != 0)
     throw UserError("'" + source + "': hidden_size is not a multiple of num_attention_heads");
   if (get_or<int64_t>(j, "head_dim", c.hidden / c.heads, source) != c.hidden / c.heads)
@@ -125,7 +193,7 @@ layers::ModelConfig read_hf_config(const std::string& dir) {
   return c;
 }
 
-std::string hf_config_json(const layers::ModelConfig& c) {
+std::string hf_config_json(const layers::ModelConfig& c, const std::string& weights_dtype) {
   if (!c.layer_windows.empty())
     throw UserError("model.layer_windows: per-layer windows have no Hugging Face Llama config");
   nlohmann::json j;
@@ -148,8 +216,9 @@ std::string hf_config_json(const layers::ModelConfig& c) {
   j["rms_norm_eps"] = c.norm_eps;
   j["tie_word_embeddings"] = c.tied_embeddings;
   j["hidden_act"] = "silu";
-  j["torch_dtype"] = "float32";  // transformers 4's name
-  j["dtype"] = "float32";        // transformers 5's
+  // The weights' own type, so torch_dtype="auto" loads them as they are stored.
+  j["torch_dtype"] = weights_dtype;  // transformers 4's name
+  j["dtype"] = weights_dtype;        // transformers 5's
   if (type == "llama") j["attention_bias"] = false;
   if (type == "mistral") j["sliding_window"] = c.sliding_window;
   return j.dump(2) + "\n";
@@ -277,6 +346,11 @@ void load_hf_parameters(const std::string& dir, const layers::ModelConfig& confi
     const std::optional<std::string> name = hf_name(ours);
     if (!name) continue;  // not a model weight (a distillation projection)
     const StTensor* entry = weights.find(*name);
+    if (!entry && ours == "lm_head.weight" && config.tied_embeddings)
+      throw UserError("'" + dir +
+                      "': tensor 'lm_head.weight' is missing: that model ties its "
+                      "head to the embedding (tie_word_embeddings), this one does not (set "
+                      "model.tied_embeddings: true)");
     if (!entry)
       throw UserError("'" + dir + "': tensor '" + *name + "' (our " + ours + ") is missing");
     if (entry->shape != p.spec.shape) {

@@ -33,8 +33,10 @@ layers::ModelConfig read_hf_config(const std::string& dir);
 // config.json's max_position_embeddings (the context it was trained for), 0 without one.
 int64_t read_hf_max_positions(const std::string& dir);
 // ModelConfig -> config.json text (model_type qwen2 with qkv bias, mistral with a window,
-// else llama).
-std::string hf_config_json(const layers::ModelConfig& config);
+// else llama), naming the weights' type as transformers does ("float32", "bfloat16",
+// "float16").
+std::string hf_config_json(const layers::ModelConfig& config,
+                           const std::string& weights_dtype = "float32");
 
 // Our parameter name -> the Hugging Face name ("layers.3.attn.q_proj.weight" ->
 // "model.layers.3.self_attn.q_proj.weight"); nullopt for names Hugging Face has no tensor for.

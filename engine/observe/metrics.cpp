@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "common/make_directories.h"
 #include "common/user_error.h"
 
 namespace retort::engine {
@@ -89,7 +90,9 @@ std::vector<std::pair<std::string, double>> metric_scalars(const StepMetrics& m)
 }
 
 MetricsFile::MetricsFile(const std::string& path) : out_(path, std::ios::app) {
-  if (!out_) throw UserError("cannot open metrics file '" + path + "'");
+  if (!out_)
+    throw UserError("cannot open metrics file '" + path + "'" +
+                    why_writes_fail(std::filesystem::path(path).parent_path().string()));
 }
 
 void MetricsFile::write(const StepMetrics& m) {

@@ -354,7 +354,8 @@ bool plan_group_across_hosts(const TrainConfig& c, const std::string& group, int
   return size > 1 && stride * (size - 1) >= per_node;
 }
 
-std::string plan_report(const TrainConfig& c, const ClusterShape& cluster) {
+std::string plan_report(const TrainConfig& c, const ClusterShape& cluster,
+                        std::string* does_not_fit) {
   const int64_t T = c.layout.tensor, P = c.layout.pipeline, D = c.layout.data;
   std::ostringstream os;
   const int64_t ranks = T * P * D;
@@ -407,12 +408,15 @@ std::string plan_report(const TrainConfig& c, const ClusterShape& cluster) {
   if (double(worst.total()) > capacity) {
     const auto largest = std::max_element(categories.begin(), categories.end(),
                                           [](auto& a, auto& b) { return a.second < b.second; });
-    throw UserError(os.str() + "plan: does not fit: stage " + std::to_string(worst_stage) +
-                    " needs " + format_bytes(worst.total()) + " per rank, the " +
-                    cluster.device.name + " has " + std::to_string(int(cluster.device.memory_gb)) +
-                    " GB (" + std::to_string(int(cluster.device.usable_fraction * 100)) +
-                    "% usable); the largest category is " + largest->first + " (" +
-                    format_bytes(largest->second) + ")");
+    const std::string refusal =
+        "--plan: the layout does not fit: stage " + std::to_string(worst_stage) + " needs " +
+        format_bytes(worst.total()) + " per rank, the " + cluster.device.name + " has " +
+        std::to_string(int(cluster.device.memory_gb)) + " GB (" +
+        std::to_string(int(cluster.device.usable_fraction * 100)) +
+        "% usable); the largest category is " + largest->first + " (" +
+        format_bytes(largest->second) + ")";
+    if (!does_not_fit) throw UserError(refusal);
+    *does_not_fit = refusal;
   }
   return os.str();
 }
@@ -475,8 +479,10 @@ std::vector<PlanCandidate> plan_search(const Config& base, const ClusterShape& c
   return candidates;
 }
 
-std::string plan_search_report(const Config& base, const ClusterShape& cluster, int shown) {
+std::string plan_search_report(const Config& base, const ClusterShape& cluster, int shown,
+                               bool* any_fits) {
   const std::vector<PlanCandidate> all = plan_search(base, cluster);
+  if (any_fits) *any_fits = !all.empty() && all[0].fits;
   std::ostringstream os;
   const TrainConfig shape = make_train_config(base, 1);
   const double tokens = double(shape.training.global_batch * shape.data.seq_len);

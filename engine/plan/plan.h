@@ -101,8 +101,10 @@ bool plan_group_across_hosts(const TrainConfig& config, const std::string& group
 
 // The report --plan prints: memory by category (the largest rank's), bytes per step by group
 // and link kind, predicted step time and tokens/s. Throws UserError when a rank's memory
-// exceeds the device's, naming the category that overflows.
-std::string plan_report(const TrainConfig& config, const ClusterShape& cluster);
+// exceeds the device's, naming the category that overflows; with `does_not_fit`, returns the
+// report and leaves that one line there instead ("" when it fits).
+std::string plan_report(const TrainConfig& config, const ClusterShape& cluster,
+                        std::string* does_not_fit = nullptr);
 
 // A layout the search tried: its overrides and, if it fits, its predicted step.
 struct PlanCandidate {
@@ -117,7 +119,9 @@ struct PlanCandidate {
 // heads; PP dividing the layers; DP the rest; ZeRO-1 off and on; the three checkpointing
 // modes), fitting ones first by predicted step time, then the rest.
 std::vector<PlanCandidate> plan_search(const Config& config, const ClusterShape& cluster);
-// The search's report: the recommended layout, why, and the runners-up.
-std::string plan_search_report(const Config& config, const ClusterShape& cluster, int shown = 6);
+// The search's report: the recommended layout, why, and the runners-up; *any_fits (if given)
+// tells whether any layout fits.
+std::string plan_search_report(const Config& config, const ClusterShape& cluster, int shown = 6,
+                               bool* any_fits = nullptr);
 
 }  // namespace retort::engine

@@ -9,6 +9,7 @@
 #include <ostream>
 
 #include "common/fault_injection.h"
+#include "common/machine_memory.h"
 #include "common/make_directories.h"
 #include "common/resident_memory.h"
 #include "common/trace_span.h"
@@ -21,6 +22,10 @@
 #include "engine/observe/cuda_memory_trace.h"
 #include "engine/observe/memory_tracker.h"
 #include "engine/observe/metrics.h"
+#include "engine/observe/run_summary.h"
+#include "engine/train/keys_without_effect.h"
+#include "engine/train/parameter_patterns.h"
+#include "engine/train/run_folder.h"
 #include "engine/train/stop_signal.h"
 #include "kernels/dispatch.h"
 #include "layers/compute_copy.h"
@@ -99,6 +104,14 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
   const parallel::Layout& layout = config_.layout;
   if (own_mesh_ && layout.tensor * layout.pipeline * layout.data != 1)
     throw UserError("layout " + parallel::describe(layout) + " needs MPI ranks");
+  // A run the machine plainly cannot hold stops here, not in the kernel's out-of-memory killer
+  // or in an allocation deep inside the first step.
+  run_agreed_over(&mesh_.world(), [&] {
+    const int ranks_here = mesh_.ranks_on_host();
+    if (device_.is_cpu())
+      require_memory(estimate_memory(config_).total(), ranks_here,
+                     "this run (the memory estimate engine_train --dry-run prints)");
+  });
   tp_.group = &mesh_.tp();
   tp_.sequence_parallel = layout.sequence_parallel && layout.tensor > 1;
   const int stage_index = mesh_.coordinates().pp;
@@ -116,6 +129,7 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
     model_ = std::make_unique<layers::LlamaModel>(config_.model, *store_, tp_, stage);
   }
   initialise_student();
+  check_parameter_patterns(config_.params, *store_, mesh_.pp(), log_);
   build_distiller();
   const layers::MemoryConfig& memory_config = config_.memory;
   if (memory_config.activation_offloading)
@@ -166,16 +180,15 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
     if (!stepping) sync_->set_on_progress([this] { head_stepper_->progress(); });
     stage_step_->set_head_grad_sink(head_stepper_.get());
   }
-  if (!memory_config.keep_compute_weights && log_ && compute_dtype_ == dtype_)
-    *log_ << "retort: memory.keep_compute_weights=false has no effect: the weights are used in "
-             "their own type (it applies under model.dtype=bfloat16)\n";
-  if (memory_config.defer_head_gradient && log_ &&
-      (!head_defers || head_stepper_ || distiller_ || memory_config.head_chunk_tokens <= 0)) {
-    *log_ << "retort: memory.defer_head_gradient does not apply here, or not to the last "
-             "micro-batch: it applies to the LM loss's fused head tied to the embedding on one "
-             "stage, without optimizer.in_backward, and under DP > 1 to the micro-batches "
-             "before the last\n";
-  }
+  RunFacts facts;
+  facts.on_gpu = device_.is_cuda();
+  facts.dp_size = mesh_.dp().size();
+  facts.dp_sum_in_shared_memory = sync_->reduces_in_shared_memory();
+  facts.head_gradient_deferred =
+      head_defers && !head_stepper_ && !distiller_ && memory_config.head_chunk_tokens > 0;
+  if (log_)
+    for (const std::string& line : keys_without_effect(config_, facts))
+      *log_ << "retort: " << line << "\n";
   // The shared-memory DP segments hold the summed gradients (their .grad() views them).
   shared_gradient_bytes_ =
       sync_->shared_bytes() + (head_stepper_ ? head_stepper_->shared_bytes() : 0);
@@ -190,12 +203,13 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
   progress_.seed = config_.seed;
   progress_.model_json = model_config_json(config_.model);
   progress_.seq_len = config_.data.seq_len;
+  progress_.dtype = enum_name(config_.dtype);
 
   if (config_.checkpoint.load == "auto") {
     // The newest checkpoint of run.dir that loads (its index.json is there and its checksums
     // hold); a damaged one is reported and the one before it tried, never skipped in silence.
     // None at all: a fresh start.
-    std::string path;
+    std::string path, newest_reason;
     const std::vector<std::string> candidates = checkpoint_folders(config_.run_dir);
     for (const std::string& candidate : candidates) {
       try {
@@ -204,12 +218,19 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
         break;
       } catch (const UserError& e) {
         log_line("checkpoint.load=auto: skipping " + candidate + ": " + e.what());
+        if (newest_reason.empty()) newest_reason = e.what();
       }
     }
+    // The newest one's reason on the error line itself (a shape that does not match, say):
+    // the others were logged above.
     if (path.empty() && !candidates.empty())
       throw UserError("checkpoint.load=auto: no checkpoint of '" + config_.run_dir +
-                      "' loads (each was reported above); repair or move them away, or start "
-                      "fresh over them with checkpoint.load=''");
+                      "' loads; the newest: " + newest_reason +
+                      (candidates.size() > 1
+                           ? " (" + std::to_string(candidates.size() - 1) + " more on stdout)"
+                           : "") +
+                      ". Resume it with the config it was trained with, or give this run "
+                      "another run.dir");
     if (path.empty())
       log_line("checkpoint.load=auto: no checkpoint in " + config_.run_dir + ", starting fresh");
     else
@@ -224,8 +245,7 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
     peak_gflops_ = config_.runtime.peak_gflops;
     peak_how_ = "runtime.peak_gflops";
   } else {
-    mesh_.world().barrier();  // every rank at once: ranks sharing cores measure their share
-    const ComputePeak peak = measure_compute_peak(torch::get_num_threads());
+    const ComputePeak peak = measure_compute_peak(torch::get_num_threads(), mesh_.ranks_on_host());
     peak_gflops_ = peak.gflops;
     peak_how_ = peak.how;
   }
@@ -245,6 +265,11 @@ Trainer::~Trainer() {
 void Trainer::finish_resume(const std::string& path) {
   progress_.model_json = model_config_json(config_.model);
   progress_.seq_len = config_.data.seq_len;
+  const std::string dtype = enum_name(config_.dtype);
+  if (!progress_.dtype.empty() && progress_.dtype != dtype)
+    log_line("warning: checkpoint '" + path + "' was trained in " + progress_.dtype +
+             "; this run goes on in " + dtype + " (model.dtype)");
+  progress_.dtype = dtype;
   if (progress_.seed != static_cast<uint64_t>(config_.seed))
     throw UserError("checkpoint '" + path + "' was trained with seed " +
                     std::to_string(progress_.seed) + " but the config has seed " +
@@ -308,6 +333,10 @@ void Trainer::build_distiller() {
         {teacher_model.heads, teacher_model.kv_heads, teacher_model.ffn_hidden,
          std::max<int64_t>(teacher_model.layers, layout.pipeline), config_.data.seq_len});
   }
+  if (settings.objective.logits.teacher_top_k > teacher_model.vocab_size)
+    throw UserError(
+        "distill.teacher_top_k=" + std::to_string(settings.objective.logits.teacher_top_k) +
+        " is above the teacher's vocabulary (" + std::to_string(teacher_model.vocab_size) + ")");
   distill::DistillConfig objective = settings.objective;
   objective.pairs =
       distill::make_activation_pairs(objective.pair_names, objective.every_layer_points,
@@ -617,6 +646,8 @@ std::vector<StepResult> Trainer::run() {
   try {  // a run folder that cannot be made stops every rank with the root's one line
     run_agreed_over(&mesh_.world(), [&] {
       if (!is_root()) return;
+      // Before anything is written: run.dir holds no other run this one would write over.
+      claim_run_folder(config_.run_dir, config_.checkpoint.load, config_.overwrite, log_);
       make_directories(config_.run_dir);
       metrics =
           std::make_unique<MetricsFile>((fs::path(config_.run_dir) / "metrics.jsonl").string());

@@ -9,17 +9,20 @@
 # In the table, BASE and SMALL stand for the common overrides (the data, a run folder; a small
 # model) defined below, WORK for the sweep's temporary folder.
 # Usage: bad_inputs.sh BIN_DIR CORPUS_PREFIX CONFIGS_DIR [GROUP ...]
-#   groups: config data output checkpoint convert prepare generate consistency (default: all)
+#   groups: config data output checkpoint convert prepare generate consistency plan tools
+#   (default: all)
 set -u
 bin=$1 corpus=$2 configs=$3
 shift 3
 groups=("$@")
-[ ${#groups[@]} -eq 0 ] && groups=(config data output checkpoint convert prepare generate consistency)
+[ ${#groups[@]} -eq 0 ] && groups=(config data output checkpoint convert prepare generate consistency plan tools)
 train=$bin/engine_train prepare=$bin/engine_prepare_data convert=$bin/engine_convert
 generate=$bin/engine_generate consistency=$bin/engine_consistency
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+tools=$(cd "$configs/../tools" && pwd)
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+mounted=()
+trap 'for m in "${mounted[@]}"; do umount "$m" 2>/dev/null; done; rm -rf "$work"' EXIT
 failures=0
 rows=()
 
@@ -72,6 +75,19 @@ warns() {
   if [ "$code" -ne 0 ] || ! grep "^warning: " "$work/err" "$work/out" | grep -qF -- "$text"; then
     fail "$name: exit $code, expected 0 and a warning holding '$text'; stderr:"
     sed 's/^/    /' "$work/err"
+    return 1
+  fi
+  echo "ok   $name"
+}
+
+# says NAME TEXT -- COMMAND...: runs to the end (exit 0) and says TEXT (stdout or stderr).
+says() {
+  local name=$1 text=$2
+  shift 2
+  run "$name" "$@" || return 1
+  if [ "$code" -ne 0 ] || ! cat "$work/out" "$work/err" | grep -qF -- "$text"; then
+    fail "$name: exit $code, expected 0 and output holding '$text'; stdout and stderr:"
+    sed 's/^/    /' "$work/out" "$work/err" | tail -n 20
     return 1
   fi
   echo "ok   $name"
@@ -145,6 +161,47 @@ if wanted config; then
     mpirun -q --oversubscribe -np 2 "$train" "$configs/tiny.yaml" "${base[@]}" parallel.pipeline=2 \
     model.layers=2 distill.activation_weight=0.1 \
     "distill.activation_pairs=[layers.0.block_output=layers.1.block_output,layers.1.block_output=layers.0.block_output]"
+  expect "model.freeze with a glob that matches nothing" "model.freeze: pattern 'layers.*.mpl.*' matches no parameter" -- \
+    "$train" "$configs/tiny.yaml" "${small[@]}" run.dir="$work/freeze" training.steps=1 "model.freeze=[layers.*.mpl.*]"
+  [ -e "$work/freeze/metrics.jsonl" ] && fail "a freeze typo trained: $work/freeze/metrics.jsonl exists"
+  expect "distill.teacher_top_k above the vocabulary" "distill.teacher_top_k=1000 is above the vocabulary" -- \
+    "$train" "$configs/tiny.yaml" "${small[@]}" run.dir="$work/topk" distill.logit_weight=1 distill.teacher_top_k=1000
+  expect "a micro-batch the machine cannot hold" "this run (the memory estimate engine_train --dry-run prints) needs" -- \
+    "$train" "$configs/tiny.yaml" "${base[@]}" training.micro_batch=200000 training.global_batch=200000
+  # Keys without effect in the run's setting are said once at start-up.
+  says "model.fp32_residual in fp32" "model.fp32_residual has no effect" -- \
+    "$train" "$configs/tiny.yaml" "${small[@]}" run.dir="$work/noeffect1" training.steps=1 model.fp32_residual=true
+  says "runtime.gpus_per_node on the CPU" "runtime.gpus_per_node has no effect" -- \
+    "$train" "$configs/tiny.yaml" "${small[@]}" run.dir="$work/noeffect2" training.steps=1 runtime.gpus_per_node=2
+  says "parallel.gpu_transport=nccl on the CPU" "parallel.gpu_transport=nccl has no effect" -- \
+    "$train" "$configs/tiny.yaml" "${small[@]}" run.dir="$work/noeffect3" training.steps=1 parallel.gpu_transport=nccl
+  says "dp_reduce_dtype where the DP sum runs in shared memory" "parallel.dp_reduce_dtype=bfloat16 has no effect: the DP sum runs in shared memory" -- \
+    mpirun -q --oversubscribe -np 2 "$train" "$configs/tiny.yaml" "${small[@]}" run.dir="$work/noeffect4" \
+    training.steps=1 training.global_batch=4 parallel.data=2 model.dtype=bfloat16 parallel.dp_reduce_dtype=bfloat16
+  says "activation_pairs with activation_weight 0" "distill.activation_pairs / activation_points have no effect" -- \
+    "$train" "$configs/tiny.yaml" "${small[@]}" run.dir="$work/noeffect5" training.steps=1 \
+    distill.logit_weight=1 "distill.activation_pairs=[layers.0.block_output=layers.0.block_output]"
+  says "a model.lr_scales glob that matches nothing" "model.lr_scales: 'layers.*.mpl.*=2' matches no parameter" -- \
+    "$train" "$configs/tiny.yaml" "${small[@]}" run.dir="$work/noeffect6" training.steps=1 "model.lr_scales=[layers.*.mpl.*=2]"
+  says "model.freeze of everything" "leave no parameter to train" -- \
+    "$train" "$configs/tiny.yaml" "${small[@]}" run.dir="$work/noeffect7" training.steps=1 "model.freeze=['*']"
+fi
+
+if wanted plan; then
+  expect "--search without --plan" "--search is a --plan flag" -- \
+    "$train" "$configs/tiny.yaml" "${small[@]}" run.dir="$work/search" --search
+  [ -e "$work/search" ] && fail "--search without --plan started a run: $work/search exists"
+  expect "--nodes without --plan" "--nodes is a --plan flag" -- \
+    "$train" "$configs/tiny.yaml" "${small[@]}" run.dir="$work/nodes" --nodes 2
+  [ -e "$work/nodes" ] && fail "--nodes without --plan started a run: $work/nodes exists"
+  expect "--plan --search where no layout fits" "--plan --search: no layout of 1 ranks fits" -- \
+    "$train" "$configs/tiny.yaml" --plan --search --memory-gb 0.000001
+  expect "--plan where the layout does not fit" "--plan: the layout does not fit: stage 0 needs" -- \
+    "$train" "$configs/tiny.yaml" --plan --memory-gb 0.000001
+  expect "--plan --efficiency 2" "--efficiency 2: a fraction of the device's peak, at most 1" -- \
+    "$train" "$configs/tiny.yaml" --plan --efficiency 2
+  expect "--plan --tflops inf" "--tflops inf: must be a positive finite number" -- \
+    "$train" "$configs/tiny.yaml" --plan --tflops inf
 fi
 
 if wanted data; then
@@ -174,6 +231,12 @@ if wanted data; then
   expect "token ids above the teacher's vocabulary" "but the teacher's vocab_size is 121" -- \
     "$train" "$configs/tiny.yaml" "${small[@]}" run.dir="$work/student" \
     teacher.checkpoint="$work/teacher" distill.activation_weight=1 "distill.activation_points=[mixer_output]"
+  # A .bin paired with another dataset's .idx.
+  cp "$corpus.bin" "$work/mixed.bin"
+  cp "$work/ascii.idx" "$work/mixed.idx"
+  expect "a .bin with another dataset's .idx" "data file '$work/mixed.bin' holds" -- \
+    "$train" "$configs/tiny.yaml" "${small[@]}" run.dir="$work/mixed_run" data.paths="[$work/mixed]"
+  grep -qF "the two files are not one dataset" "$work/err" || fail "the .bin/.idx mismatch does not say so"
 fi
 
 if wanted output; then
@@ -190,6 +253,41 @@ if wanted output; then
   small_run "$work/exportable" 1
   expect "export into /proc" "cannot create '/proc/retort_export'" -- \
     "$convert" export "$work/exportable/checkpoints/step_00000001" /proc/retort_export
+  # A run folder belongs to one run: a fresh run over another run's checkpoints and metrics
+  # is refused and leaves them byte for byte; run.overwrite=true replaces them, saying what.
+  small_run "$work/first" 2
+  sum=$(tree_sum "$work/first")
+  expect "a rerun into another run's folder" "run.dir '$work/first' holds another run" -- \
+    "$train" "$configs/tiny.yaml" "${small[@]}" run.dir="$work/first" training.steps=2 model.hidden=64 model.heads=4
+  same_files "a rerun into another run's folder" "$work/first" "$sum"
+  expect "a rerun into another run's folder, TP2" "run.dir '$work/first' holds another run" -- \
+    mpirun -q --oversubscribe -np 2 "$train" "$configs/tiny.yaml" "${small[@]}" run.dir="$work/first" \
+    training.steps=1 parallel.tensor=2
+  same_files "a rerun into another run's folder, TP2" "$work/first" "$sum"
+  expect "a run from another folder's checkpoint into this one" "run.dir '$work/first' holds another run" -- \
+    "$train" "$configs/tiny.yaml" "${small[@]}" run.dir="$work/first" training.steps=1 \
+    checkpoint.load="$work/exportable/checkpoints/step_00000001"
+  same_files "a run from another folder's checkpoint into this one" "$work/first" "$sum"
+  grep -q "checkpoint.load=''" "$work/err" && fail "the rerun error advises a fresh start over the folder"
+  says "run.overwrite=true replaces the old run and says what goes" "run.overwrite: removing $work/first/checkpoints/step_00000002" -- \
+    "$train" "$configs/tiny.yaml" "${small[@]}" run.dir="$work/first" training.steps=1 run.overwrite=true
+  [ -e "$work/first/checkpoints/step_00000002" ] && fail "run.overwrite left the old run's step 2"
+  [ "$(grep -c '"step"' "$work/first/metrics.jsonl")" -eq 1 ] || fail "run.overwrite appended to the old metrics.jsonl"
+  # A full disk and a read-only run folder: the reason named, no .partial folder left behind.
+  if mkdir -p "$work/small_disk" && mount -t tmpfs -o size=64k tmpfs "$work/small_disk" 2>/dev/null; then
+    mounted+=("$work/small_disk")
+    expect "a full disk at the checkpoint" "no space left" -- \
+      "$train" "$configs/tiny.yaml" "${small[@]}" run.dir="$work/small_disk/run" training.steps=1
+    ls "$work/small_disk/run/checkpoints" 2>/dev/null | grep -q partial &&
+      fail "a failed save left its .partial folder: $(ls "$work/small_disk/run/checkpoints")"
+    mkdir -p "$work/ro_disk" && mount -t tmpfs -o size=16m tmpfs "$work/ro_disk" && mounted+=("$work/ro_disk")
+    small_run "$work/ro_disk/run" 1
+    mount -o remount,ro "$work/ro_disk"
+    expect "a read-only run folder" "not writable" -- \
+      "$train" "$configs/tiny.yaml" "${small[@]}" run.dir="$work/ro_disk/run" training.steps=2 checkpoint.load=auto
+  else
+    echo "skip a full disk and a read-only folder: cannot mount a tmpfs here"
+  fi
 fi
 
 if wanted checkpoint; then
@@ -211,12 +309,24 @@ if wanted checkpoint; then
   grep -qF "step_00000002: checkpoint '$work/damaged/checkpoints/step_00000002': no index.json" "$work/out" ||
     fail "load auto did not report the folder without index.json"
   same_files "load auto, index.json missing" "$work/damaged" "$sum"
-  succeeds "load auto, fresh start chosen with checkpoint.load=''" -- "$train" "$configs/tiny.yaml" \
-    "${small[@]}" run.dir="$work/damaged" training.steps=1 checkpoint.load=
+  # A fresh start over them is refused too: it would write over that run.
+  expect "a fresh start over a damaged run" "run.dir '$work/damaged' holds another run" -- \
+    "$train" "$configs/tiny.yaml" "${small[@]}" run.dir="$work/damaged" training.steps=1 checkpoint.load=
+  same_files "a fresh start over a damaged run" "$work/damaged" "$sum"
   # A profile window before the step a run resumes at: warned, not silently traceless.
   warns "profile steps before the resumed step" "starts before step 3, where this run resumes" -- \
     "$train" "$configs/tiny.yaml" "${small[@]}" run.dir="$work/saved" training.steps=3 \
     checkpoint.load=auto "logging.profile_steps=[1,2]"
+  # A checkpoint records the dtype it was trained in; resuming in another says so.
+  small_run "$work/dtype" 1
+  says "resume in another dtype" "was trained in float32; this run goes on in bfloat16" -- \
+    "$train" "$configs/tiny.yaml" "${small[@]}" run.dir="$work/dtype" training.steps=2 checkpoint.load=auto \
+    model.dtype=bfloat16
+  # A resume whose shape does not match: the reason on the error line.
+  small_run "$work/shape" 1
+  expect "load auto with another model shape" "the newest: checkpoint" -- \
+    "$train" "$configs/tiny.yaml" "${small[@]}" run.dir="$work/shape" training.steps=2 checkpoint.load=auto \
+    model.ffn_hidden=96
 fi
 
 if wanted convert; then
@@ -251,9 +361,49 @@ if wanted convert; then
     "$convert" export "$ckpt" "$work/hf2" --shard-size -5
   expect "export --shard-size 0" "--shard-size: must be a positive number of bytes, got 0" -- \
     "$convert" export "$ckpt" "$work/hf2" --shard-size 0
+  # Hugging Face configs with values no model has: one line naming the key.
+  edit_config() {  # DIR KEY VALUE (a JSON literal): a copy of $work/hf with config.json changed
+    rm -rf "$1" && cp -r "$work/hf" "$1"
+    "$tools/python" -c "import json,sys; p=sys.argv[1]+'/config.json'; c=json.load(open(p)); c[sys.argv[2]]=json.loads(sys.argv[3]); open(p,'w').write(json.dumps(c))" "$1" "$2" "$3"
+  }
+  edit_config "$work/hf_huge" vocab_size 1e12
+  expect "import: vocab_size 1e12" "vocab_size 1e+12 is outside [1, 1e+09] (as model.vocab_size)" -- \
+    "$convert" import "$work/hf_huge" "$work/imported_huge"
+  [ -e "$work/imported_huge" ] && fail "a refused import wrote $work/imported_huge"
+  expect "generate: vocab_size 1e12" "vocab_size 1e+12 is outside" -- \
+    "$generate" "$work/hf_huge" --prompt "The" --max-tokens 2 --tokenizer bytes
+  edit_config "$work/hf_big" vocab_size 1000000000
+  expect "import: vocab_size 1e9 (more memory than the machine has)" "GB per process, but the machine has" -- \
+    "$convert" import "$work/hf_big" "$work/imported_big"
+  expect "generate: vocab_size 1e9 (more memory than the machine has)" "GB per process, but the machine has" -- \
+    "$generate" "$work/hf_big" --prompt "The" --max-tokens 2 --tokenizer bytes
+  edit_config "$work/hf_heads" num_attention_heads -2
+  expect "import: negative heads" "num_attention_heads -2 is outside" -- \
+    "$convert" import "$work/hf_heads" "$work/imported_heads"
+  edit_config "$work/hf_layers" num_hidden_layers 0
+  expect "import: no layers" "num_hidden_layers 0 is outside" -- \
+    "$convert" import "$work/hf_layers" "$work/imported_layers"
+  rm -rf "$work/hf_nan" && cp -r "$work/hf" "$work/hf_nan"
+  sed -i 's/"rms_norm_eps": [^,}]*/"rms_norm_eps": NaN/' "$work/hf_nan/config.json"
+  expect "import: NaN in config.json" "config.json' is not valid JSON at byte" -- \
+    "$convert" import "$work/hf_nan" "$work/imported_nan"
+  # The exported config names the weights' type, so transformers' torch_dtype="auto" keeps it.
+  succeeds "export --dtype BF16" -- "$convert" export "$ckpt" "$work/hf_bf16" --dtype BF16
+  grep -q '"torch_dtype": "bfloat16"' "$work/hf_bf16/config.json" ||
+    fail "export --dtype BF16 wrote $(grep torch_dtype "$work/hf_bf16/config.json")"
+  # A tied model loaded into an untied student names the key.
+  small_run "$work/tied" 1 model.tied_embeddings=true
+  succeeds "export a tied model" -- "$convert" export "$work/tied/checkpoints/step_00000001" "$work/hf_tied"
+  expect "a tied model into an untied student" "set model.tied_embeddings: true" -- \
+    "$train" "$configs/tiny.yaml" "${small[@]}" run.dir="$work/untied" training.steps=1 model.init.from="$work/hf_tied"
 fi
 
 if wanted prepare; then
+  printf 'Some text.\n' >"$work/some.txt"
+  expect "prepare: --workers -1" "--workers -1: a count of processes" -- \
+    "$prepare" -o "$work/out_w" --workers -1 "$work/some.txt"
+  expect "prepare: --chunk-mb 0" "--chunk-mb 0: a size in MB above 0" -- \
+    "$prepare" -o "$work/out_c" --chunk-mb 0 "$work/some.txt"
   expect "prepare: missing input" "input '$work/nothing.txt' does not exist" -- \
     "$prepare" -o "$work/out" "$work/nothing.txt"
   : >"$work/empty.txt"
@@ -286,6 +436,35 @@ if wanted generate; then
     "$generate" "$work/g" --prompt "The" --max-tokens 2 --tokenizer bytes --device tpu
 fi
 
+if wanted generate; then
+  # Under mpirun, an error every rank finds shows its one line every time, once, exit 2.
+  for np in 2 4; do
+    shown=0
+    for _ in $(seq 20); do
+      mpirun -q --oversubscribe -np "$np" "$generate" "$work/nowhere" --prompt "The" --max-tokens 2 \
+        --tokenizer bytes >/dev/null 2>"$work/gen_err"
+      gen_code=$?
+      [ "$gen_code" -eq 2 ] && [ "$(grep -c "^error: " "$work/gen_err")" -eq 1 ] && shown=$((shown + 1))
+    done
+    rows+=("| generate under mpirun -np $np, 20 runs | \`mpirun -np $np engine_generate WORK/nowhere ...\` | 2 | the line in $shown of 20 |")
+    if [ "$shown" -eq 20 ]; then echo "ok   generate under mpirun -np $np: the error line in 20 of 20 runs"; else
+      fail "generate under mpirun -np $np: exit 2 with one error line in $shown of 20 runs; the last stderr:"
+      sed 's/^/    /' "$work/gen_err"
+    fi
+  done
+fi
+
+if wanted tools; then
+  expect "sim_hosts --wire 1ms 1gbit" "--wire DELAY_MS '1ms' is not a number" -- \
+    "$tools/sim_hosts.sh" run 2 1 --wire 1ms 1gbit -- true
+  expect "sim_hosts --wire abc 1000" "--wire DELAY_MS 'abc' is not a number" -- \
+    "$tools/sim_hosts.sh" run 2 1 --wire abc 1000 -- true
+  expect "sim_hosts without arguments" "the first argument is run, agent or kill" -- "$tools/sim_hosts.sh"
+  expect "sim_hosts run without HOSTS" "run needs HOSTS SLOTS" -- "$tools/sim_hosts.sh" run
+  expect "sim_hosts run with 0 hosts" "HOSTS '0' is not a positive whole number" -- "$tools/sim_hosts.sh" run 0 1 -- true
+  expect "gpu_check --pack without a folder" "--pack needs a folder" -- "$tools/gpu_check.sh" --pack
+fi
+
 if wanted consistency; then
   expect "consistency: a bad layout after a good one" "parallel.pipeline_split" -- \
     mpirun -q --oversubscribe -np 4 "$consistency" "$configs/consistency.yaml" data.paths="[$corpus]" --out "$work/cons" \
@@ -294,6 +473,9 @@ if wanted consistency; then
   expect "consistency: a layout on an unknown device" "layout 'TP2@tpu': the device after '@' is cpu or cuda" -- \
     mpirun -q --oversubscribe -np 2 "$consistency" "$configs/consistency.yaml" data.paths="[$corpus]" --out "$work/cons" \
     --layouts TP1,TP2@tpu
+  expect "consistency: no micro-batch a step" "--accumulation 0: a step takes at least one micro-batch" -- \
+    mpirun -q --oversubscribe -np 2 "$consistency" "$configs/consistency.yaml" data.paths="[$corpus]" --out "$work/cons" \
+    --layouts TP1,TP2 --accumulation 0
 fi
 
 echo

@@ -44,7 +44,6 @@ int main(int argc, char** argv) {
       set_injected_fault(layout == 0 ? Fault::None : fault);
     });
   } catch (const UserError& e) {
-    if (mpi.world_rank() == 0) std::cerr << "error: " << e.what() << std::endl;
-    parallel::MpiRuntime::abort_all(2);
+    parallel::MpiRuntime::exit_on_user_error(e.what());
   }
 }
