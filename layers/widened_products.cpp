@@ -20,9 +20,11 @@ bool cpu_has_fast_bf16_products() {
 
 bool decide() {
   const char* value = std::getenv("RETORT_BF16_PRODUCTS");
-  if (!value || !*value || std::strcmp(value, "auto") == 0) return !cpu_has_fast_bf16_products();
+  // Opt-in for now (unset: native): the widened copies and float32 results are transient
+  // memory the planner (engine/plan) does not count yet.
+  if (!value || !*value || std::strcmp(value, "native") == 0) return false;
+  if (std::strcmp(value, "auto") == 0) return !cpu_has_fast_bf16_products();
   if (std::strcmp(value, "widened") == 0) return true;
-  if (std::strcmp(value, "native") == 0) return false;
   std::fprintf(stderr, "error: RETORT_BF16_PRODUCTS='%s' is not one of auto, widened, native\n",
                value);
   std::exit(2);

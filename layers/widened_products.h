@@ -6,7 +6,9 @@
 // bits), multiplied by the float32 GEMM, which sums in float32 as the bf16 GEMM does, and the
 // result is rounded once to bf16: the same model of rounding, another summation order. Every
 // other product (float32, float64, a GPU's, a CPU with AVX-512) is torch's own call.
-// RETORT_BF16_PRODUCTS=widened or native forces one form on any CPU (tests run both).
+// Opt-in: RETORT_BF16_PRODUCTS=auto widens where the CPU lacks AVX-512, widened forces it on
+// any CPU, native (the default) never widens. Not the default yet because the planner does not
+// count the widened copies' transient memory (tests run both forms).
 #pragma once
 #include <torch/torch.h>
 

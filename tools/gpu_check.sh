@@ -187,6 +187,9 @@ if [[ "$mode" == inside ]]; then
   done
   mount --bind "$work" /usr/lib/x86_64-linux-gnu/openmpi 2>/dev/null
   echo "gpu_check: dry run on the CPU; $hidden system libraries hidden"
+  # A rehearsal of the sequence, not a CPU benchmark: bf16 products widened to float32 where the
+  # CPU has no fast bf16 GEMM (layers/widened_products.h), or its bf16 steps take hours there.
+  export RETORT_BF16_PRODUCTS="${RETORT_BF16_PRODUCTS:-auto}"
 else
   device=cuda
   python=python3
