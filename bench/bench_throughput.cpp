@@ -4,6 +4,8 @@
 // steps (data, forward, backward, gradient sync, clip, AdamW), the step's phases from its
 // StepResult, printed next to the fp32 GEMM peak measured with the same threads and the step's
 // matrix products timed alone (products_floor.h): the tokens/s no engine on this BLAS exceeds.
+// With runtime.device=cuda: MFU against the device's dense peak (engine/observe/device_peak.h),
+// and no CPU measurement.
 // Usage: bench_throughput [steps=5] [threads=cores] [key=value ...]
 #include <torch/torch.h>
 
@@ -18,6 +20,7 @@
 #include "bench_args.h"
 #include "bench_setup.h"
 #include "common/compute_threads.h"
+#include "engine/observe/device_peak.h"
 #include "engine/observe/gemm_peak.h"
 #include "engine/observe/memory_tracker.h"
 #include "engine/observe/op_profile.h"
@@ -62,13 +65,27 @@ int measure(int argc, char** argv) {
   const double flops_per_token = c.training_flops_per_token(config.data.seq_len);
   const double achieved = tokens_per_s * flops_per_token / 1e9;
   const double step_peak_bytes = double(memory.peak_bytes());  // before the measurements below
-  const double peak_1024 = engine::measure_gemm_gflops(1024);
-  const double peak_2048 = engine::measure_gemm_gflops(2048, 3);
-  const double peak = std::max(peak_1024, peak_2048);
-  const bench::ProductsFloor floor =
-      bench::measure_products_floor(c, config.training.micro_batch * config.data.seq_len,
-                                    config.memory.head_chunk_tokens, config.accumulation_steps());
-  const double floor_tokens_per_s = double(tokens_per_step) / floor.seconds;
+  // On the CPU: the best fp32 GEMM and the step's products timed alone, at the model's shapes.
+  // On a GPU: the device's dense peak for the run's dtype (engine/observe/device_peak.h);
+  // nothing is sized on the host to the GPU's model.
+  const bool on_gpu = config.runtime.device == engine::Device::cuda;
+  double peak_1024 = 0, peak_2048 = 0, peak = 0;
+  std::string peak_how = "best fp32 GEMM on the CPU";
+  bench::ProductsFloor floor;
+  if (on_gpu) {
+    const engine::DevicePeak device_peak = engine::device_compute_peak(
+        /*index=*/0, config.dtype == engine::DType::bfloat16);
+    peak = device_peak.gflops;
+    peak_how = device_peak.how;
+  } else {
+    peak_1024 = engine::measure_gemm_gflops(1024);
+    peak_2048 = engine::measure_gemm_gflops(2048, 3);
+    peak = std::max(peak_1024, peak_2048);
+    floor =
+        bench::measure_products_floor(c, config.training.micro_batch * config.data.seq_len,
+                                      config.memory.head_chunk_tokens, config.accumulation_steps());
+  }
+  const double floor_tokens_per_s = on_gpu ? 0 : double(tokens_per_step) / floor.seconds;
 
   std::printf(
       "model: %lld parameters (hidden %lld, %lld layers, %lld heads, %lld kv heads, "
@@ -86,12 +103,18 @@ int measure(int argc, char** argv) {
   std::printf("| tokens/s                        | %12.0f |\n", tokens_per_s);
   std::printf("| training FLOPs per token (M)    | %12.1f |\n", flops_per_token / 1e6);
   std::printf("| achieved GFLOP/s                | %12.1f |\n", achieved);
-  std::printf("| fp32 GEMM 1024^3 GFLOP/s        | %12.1f |\n", peak_1024);
-  std::printf("| fp32 GEMM 2048^3 GFLOP/s        | %12.1f |\n", peak_2048);
-  std::printf("| MFU (vs best GEMM)              | %11.1f%% |\n", 100.0 * achieved / peak);
-  std::printf("| products alone, same shapes (s) | %12.3f |\n", floor.seconds);
-  std::printf("|   their GFLOP/s                 | %12.1f |\n", floor.gflop / floor.seconds);
-  std::printf("|   tokens/s ceiling              | %12.0f |\n", floor_tokens_per_s);
+  if (!on_gpu) {
+    std::printf("| fp32 GEMM 1024^3 GFLOP/s        | %12.1f |\n", peak_1024);
+    std::printf("| fp32 GEMM 2048^3 GFLOP/s        | %12.1f |\n", peak_2048);
+  }
+  std::printf("| peak GFLOP/s                    | %12.1f |\n", peak);
+  std::printf("| MFU                             | %11.1f%% |\n", 100.0 * achieved / peak);
+  if (!on_gpu) {
+    std::printf("| products alone, same shapes (s) | %12.3f |\n", floor.seconds);
+    std::printf("|   their GFLOP/s                 | %12.1f |\n", floor.gflop / floor.seconds);
+    std::printf("|   tokens/s ceiling              | %12.0f |\n", floor_tokens_per_s);
+  }
+  std::printf("peak: %s\n", peak_how.c_str());
   std::printf("| peak tensor memory in a step    | %9.1f MB |\n", step_peak_bytes / 1e6);
   // One more step under torch's profiler: where the step's time goes, by op family (the
   // profiler's own cost inflates small ops, so shares, not the step time, are the point).
@@ -120,10 +143,10 @@ int measure(int argc, char** argv) {
       "json: {\"tokens_per_s\": %.3f, \"step_s\": %.6f, \"forward_s\": %.6f, "
       "\"backward_s\": %.6f, \"sync_s\": %.6f, \"optimizer_s\": %.6f, "
       "\"flops_per_token\": %.1f, \"gemm_peak_gflops\": %.3f, \"mfu\": %.5f, "
-      "\"products_floor_s\": %.6f, \"threads\": %d}\n",
+      "\"products_floor_s\": %.6f, \"threads\": %d, \"peak_how\": \"%s\"}\n",
       tokens_per_s, seconds / steps, total.forward_s / steps, total.backward_s / steps,
       total.sync_s / steps, total.optimizer_s / steps, flops_per_token, peak, achieved / peak,
-      floor.seconds, threads);
+      floor.seconds, threads, peak_how.c_str());
   return 0;
 }
 

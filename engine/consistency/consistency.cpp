@@ -82,6 +82,21 @@ ConsistencyTolerances tolerances_for(const std::string& dtype, int64_t layers, i
   return {loss, 4 * u * std::sqrt(4 * roundings / 3), 4 * sigma};
 }
 
+ConsistencyTolerances tolerances_against_float64(const std::string& dtype, int64_t layers,
+                                                 int64_t tokens) {
+  ConsistencyTolerances tol = tolerances_for(dtype, layers, tokens);
+  tol.gradient = 1;
+  tol.gradient_in_rounding_units = true;
+  return tol;
+}
+
+double bf16_gradient_bound(int64_t elements) {
+  const double rounding_ratio = 2;  // a layout's roundings per path against the reference's
+  const double z = 5;               // standard deviations of the norm ratio's logarithm
+  return std::sqrt(1 + rounding_ratio) *
+         std::exp(z / std::sqrt(double(std::max<int64_t>(elements, 1))));
+}
+
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
@@ -284,6 +299,17 @@ double relative(double value, double reference) {
   return std::isfinite(r) ? r : kInfinity;
 }
 
+// ||value - reference|| / ||reference - exact||: the difference from the reference in units of
+// the reference's own rounding error, `exact` being the reference layout run in float64.
+double in_rounding_units(const torch::Tensor& value, const torch::Tensor& reference,
+                         const torch::Tensor& exact) {
+  if (value.sizes() != reference.sizes() || exact.sizes() != reference.sizes()) return kInfinity;
+  const double diff = (value - reference).norm().item<double>();
+  if (diff == 0) return 0;
+  const double r = diff / (reference - exact).norm().item<double>();
+  return std::isfinite(r) ? r : kInfinity;
+}
+
 std::string at_step(const std::string& name, size_t step) {
   return name + " @ step " + std::to_string(step + 1);
 }
@@ -302,10 +328,12 @@ struct Tally {
   std::string* where;
   std::vector<std::string>* failures;
 
+  const char* measure = "relative difference";
+
   void add(const std::string& name, size_t step, double r) {
     if (r > *worst || where->empty()) *worst = std::max(*worst, r), *where = at_step(name, step);
     if (!(r <= tolerance))
-      failures->push_back(std::string(kind) + " " + at_step(name, step) + ": relative difference " +
+      failures->push_back(std::string(kind) + " " + at_step(name, step) + ": " + measure + " " +
                           scientific(r) + " > " + scientific(tolerance));
   }
   void missing(const std::string& name, size_t step, const char* side) {
@@ -323,7 +351,7 @@ struct Tally {
       if (it == other.end())
         missing(name, step, "in the reference but missing here");
       else
-        add(name, step, measure(it->second, ref));
+        add(name, step, measure(name, it->second, ref));
     }
   }
 };
@@ -367,7 +395,7 @@ ComparisonRow check_reference(const std::string& name, const LayoutRecord& refer
 
 ComparisonRow compare_records(const std::string& name, const LayoutRecord& reference,
                               const LayoutRecord& other, const ConsistencyTolerances& tol,
-                              double norm_tolerance) {
+                              double norm_tolerance, const LayoutRecord* float64_reference) {
   ComparisonRow row;
   row.layout = name;
   if (other.steps.size() != reference.steps.size()) {
@@ -382,16 +410,38 @@ ComparisonRow compare_records(const std::string& name, const LayoutRecord& refer
               &norm_where, &row.failures};
   Tally terms{"term", tol.loss, &row.terms, &row.worst_term, &row.failures};
   Tally gradients{"gradient", tol.gradient, &row.gradient, &row.worst_gradient, &row.failures};
+  if (tol.gradient_in_rounding_units)
+    gradients.measure = "difference in the reference's rounding errors, share of its bound";
   Tally activations{"activation", tol.activation, &row.activation, &row.worst_activation,
                     &row.failures};
-  auto scalar = [](double a, double b) { return relative(a, b); };
-  auto tensor = [](const torch::Tensor& a, const torch::Tensor& b) { return relative(a, b); };
+  auto scalar = [](const std::string&, double a, double b) { return relative(a, b); };
+  auto tensor = [](const std::string&, const torch::Tensor& a, const torch::Tensor& b) {
+    return relative(a, b);
+  };
+  if (tol.gradient_in_rounding_units &&
+      (!float64_reference || float64_reference->steps.size() != reference.steps.size()))
+    throw std::logic_error(
+        "compare_records: gradients in rounding units need the reference's "
+        "float64 record, step for step");
   for (size_t i = 0; i < reference.steps.size(); ++i) {
     const StepRecord &ref = reference.steps[i], &s = other.steps[i];
     losses.add("loss", i, relative(s.loss, ref.loss));
     norms.add("|g|", i, relative(s.grad_norm, ref.grad_norm));
     terms.compare(ref.terms, s.terms, i, scalar);
-    gradients.compare(ref.gradients, s.gradients, i, tensor);
+    if (tol.gradient_in_rounding_units) {
+      // The difference from the reference in units of the reference's own rounding error, as
+      // a share of the tensor's bound.
+      const auto& exact = float64_reference->steps[i].gradients;
+      gradients.compare(
+          ref.gradients, s.gradients, i,
+          [&](const std::string& param, const torch::Tensor& g, const torch::Tensor& g_ref) {
+            auto it = exact.find(param);
+            if (it == exact.end()) return kInfinity;
+            return in_rounding_units(g, g_ref, it->second) / bf16_gradient_bound(g.numel());
+          });
+    } else {
+      gradients.compare(ref.gradients, s.gradients, i, tensor);
+    }
     activations.compare(ref.activations, s.activations, i, tensor);
   }
   row.replica_violations = int64_t(other.replica_violations.size());
@@ -426,6 +476,9 @@ std::string format_comparison_table(const std::vector<ComparisonRow>& rows,
                 "loss, terms and |g| %.2g, gradients %.2g, activations %.2g\n",
                 tol.loss, tol.gradient, tol.activation);
   os << line;
+  if (tol.gradient_in_rounding_units)
+    os << "gradients: ||g - g_ref|| / ||g_ref - g_ref(float64)|| as a share of the tensor's bound "
+          "sqrt(3) exp(5 / sqrt(elements)) (docs/architecture.md, \"Mixed precision\")\n";
   for (const ComparisonRow& r : rows) {
     for (size_t i = 0; i < r.failures.size() && i < max_failures; ++i)
       os << "FAIL " << r.layout << ": " << r.failures[i] << "\n";

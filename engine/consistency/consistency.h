@@ -38,6 +38,9 @@ struct ConsistencyTolerances {
   double loss = 1e-5;        // relative, every step: the loss, each term, the gradient norm
   double gradient = 1e-4;    // ||g - g_ref|| / ||g_ref||, every parameter, every step
   double activation = 1e-4;  // same measure, every capture point, every step
+  // Gradients measured as ||g - g_ref|| / ||g_ref - g_ref(float64)||, divided by
+  // bf16_gradient_bound(elements); `gradient` is then 1.
+  bool gradient_in_rounding_units = false;
 };
 // fp32 runs keep the tolerances above; float64 runs are held to 1e-10 and 1e-9. bfloat16 runs
 // get tolerances derived from bf16's unit round-off u = 2^-8 for a model of `layers` blocks and
@@ -50,6 +53,17 @@ struct ConsistencyTolerances {
 // differences, to 4 sigma / sqrt(tokens).
 ConsistencyTolerances tolerances_for(const std::string& dtype, int64_t layers = 0,
                                      int64_t tokens = 1);
+// bf16 against a float64 run of the reference as well: each gradient's difference from the
+// reference in units of the reference's own rounding error, ||g_ref - g_ref(float64)||. With
+// the layout's and the reference's errors independent and the layout rounding at most twice as
+// often, the expected ratio is at most sqrt(1 + 2); the ratio of two norms of n-element
+// errors has a logarithm of standard deviation about 1/sqrt(n), held to 5 of them:
+// bound(n) = sqrt(3) exp(5 / sqrt(n)). A gradient that is zero in exact arithmetic (the key
+// bias) is rounding noise on both sides and is measured the same way. The loss, terms and
+// activations keep tolerances_for's.
+ConsistencyTolerances tolerances_against_float64(const std::string& dtype, int64_t layers = 0,
+                                                 int64_t tokens = 1);
+double bf16_gradient_bound(int64_t elements);
 
 // What one layout recorded in one step (on its first rank), everything at global shape.
 struct StepRecord {
@@ -100,7 +114,8 @@ ComparisonRow check_reference(const std::string& name, const LayoutRecord& refer
 // The gradient norm is held to `norm_tolerance` (the loss's by default).
 ComparisonRow compare_records(const std::string& name, const LayoutRecord& reference,
                               const LayoutRecord& other, const ConsistencyTolerances& tol,
-                              double norm_tolerance = -1);
+                              double norm_tolerance = -1,
+                              const LayoutRecord* float64_reference = nullptr);
 // --exact's tolerance for the gradient norm: a float32 sum of squares in another order.
 constexpr double kExactGradientNorm = 1e-6;
 // The table, then each failure (at most `max_failures` lines per layout).

@@ -39,8 +39,9 @@ int run_consistency_command(int argc, char** argv, parallel::MpiRuntime& mpi,
       std::cout << options
                 << "Tolerances follow model.dtype: float32 1e-5 (loss, terms, |g|) and 1e-4 "
                    "(gradients, activations); float64 1e-10 and 1e-9; bfloat16 derived from its "
-                   "unit round-off, the layers and the tokens per step (printed with the "
-                   "table).\n";
+                   "unit round-off, the layers and the tokens per step, and its gradients in "
+                   "units of the reference's own bf16 error (the reference runs once more in "
+                   "float64; printed with the table).\n";
     return vm.count("help") ? 0 : 2;
   }
   using Flag = std::pair<const char*, int64_t>;
@@ -78,18 +79,40 @@ int run_consistency_command(int argc, char** argv, parallel::MpiRuntime& mpi,
     }
     MPI_Barrier(MPI_COMM_WORLD);
   }
+  // bf16 gradients are measured in units of the reference's own rounding error: the reference
+  // layout again in float64.
+  const bool against_float64 = !exact && config.get_string("model.dtype") == "bfloat16";
+  LayoutRecord float64_reference;
+  if (against_float64) {
+    if (before_layout) before_layout(0);  // what the reference ran with
+    Config exact_config = config;
+    exact_config.apply_override("model.dtype=float64");
+    exact_config.apply_override("parallel.dp_reduce_dtype=float32");  // bf16 sums are for bf16
+    exact_config.apply_override("run.dir=" + out + "/runs_float64");
+    run_consistency_layout(exact_config, layouts[0], reference_accumulation, MPI_COMM_WORLD,
+                           &float64_reference);
+    if (mpi.world_rank() == 0) {
+      write_record(out + "/" + layouts[0].file_name() + "_float64.h5", float64_reference);
+      std::cout << "ran " << layouts[0].name << " in float64: losses";
+      for (const StepRecord& s : float64_reference.steps) std::printf(" %.10g", s.loss);
+      std::cout << std::endl;
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
   int failed = 0;
   if (mpi.world_rank() == 0) {
     const TrainConfig reference =
         consistency_train_config(config, layouts[0], reference_accumulation);
+    const std::string dtype = config.get_string("model.dtype");
+    const int64_t tokens = reference.training.global_batch * reference.data.seq_len;
     const ConsistencyTolerances tol =
-        exact ? ConsistencyTolerances{0, 0, 0}
-              : tolerances_for(config.get_string("model.dtype"), reference.model.layers,
-                               reference.training.global_batch * reference.data.seq_len);
+        exact             ? ConsistencyTolerances{0, 0, 0}
+        : against_float64 ? tolerances_against_float64(dtype, reference.model.layers, tokens)
+                          : tolerances_for(dtype, reference.model.layers, tokens);
     std::vector<ComparisonRow> rows = {check_reference(layouts[0].name, records[0])};
     for (size_t i = 1; i < layouts.size(); ++i)
       rows.push_back(compare_records(layouts[i].name, records[0], records[i], tol,
-                                     exact ? kExactGradientNorm : tol.loss));
+                                     exact ? kExactGradientNorm : tol.loss, &float64_reference));
     for (const ComparisonRow& row : rows) failed |= !row.ok();
     std::cout << "reference: " << layouts[0].name << " (" << config.get_string("model.dtype")
               << ", " << reference_accumulation << " micro-batch(es) a step; the others "

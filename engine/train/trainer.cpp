@@ -20,6 +20,7 @@
 #include "engine/observe/chrome_trace.h"
 #include "engine/observe/compute_peak.h"
 #include "engine/observe/cuda_memory_trace.h"
+#include "engine/observe/device_peak.h"
 #include "engine/observe/memory_tracker.h"
 #include "engine/observe/metrics.h"
 #include "engine/observe/run_summary.h"
@@ -244,6 +245,10 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
   if (config_.runtime.peak_gflops > 0) {
     peak_gflops_ = config_.runtime.peak_gflops;
     peak_how_ = "runtime.peak_gflops";
+  } else if (device_.is_cuda()) {
+    const DevicePeak peak = device_compute_peak(device_.index(), config_.dtype == DType::bfloat16);
+    peak_gflops_ = peak.gflops;
+    peak_how_ = peak.how;
   } else {
     const ComputePeak peak = measure_compute_peak(torch::get_num_threads(), mesh_.ranks_on_host());
     peak_gflops_ = peak.gflops;

@@ -50,7 +50,8 @@ inside_noise() {
 bf16=0
 for arg in "${common[@]}"; do [ "$arg" = model.dtype=bfloat16 ] && bf16=1; done
 check tp_norm_not_summed consistency TP1,STP2 "gradient layers\.[0-9]\.(attn|mlp)_norm\.weight @ step 1"
-check dp_not_averaged consistency TP1,DP2 "gradient [a-z_.0-9]+ @ step 1: relative difference 1\.000e\+00"
+# Twice the gradient: the gradient norm 100% off (bf16 measures each tensor in rounding units).
+check dp_not_averaged consistency TP1,DP2 "gradient (norm \|g\||[a-z_.0-9]+) @ step 1: relative difference 1\.000e\+00"
 check tied_sum_skipped consistency TP1,PP2 "embed\.weight" model.tied_embeddings=true
 # bf16 (tolerances derived from its round-off, 1e-1 for gradients): a gradient 1e-3 off is
 # inside the noise.
@@ -61,12 +62,7 @@ else
 fi
 check grad_missing consistency TP1,TP2 "gradient layers\.1\.mlp\.down_proj\.weight @ step 1: in the reference but missing"
 check activation_local_tokens consistency_distill TP1,DP2 "term activation[a-z_.0-9]* @ step 1"
-# In bf16 the step-1 gradients it changes stay inside the noise; the step after, the gradient
-# norm and the terms show it.
-if [ "$bf16" -eq 1 ]; then
-  check logit_one_tp_rank consistency_distill TP1,TP2 "(gradient norm \|g\||term [a-z_.0-9]+) @ step 2"
-else
-  check logit_one_tp_rank consistency_distill TP1,TP2 "gradient [a-z_.0-9]+ @ step 1"
-fi
+# bf16 too: its gradients, measured in the reference's rounding errors, show it at step 1.
+check logit_one_tp_rank consistency_distill TP1,TP2 "gradient [a-z_.0-9]+ @ step 1"
 if [ "$failed" -eq 0 ]; then echo "7 checks passed, 0 failed"; fi
 exit $failed
