@@ -8,6 +8,8 @@
 #                                   DIR/retort-gpu-pack.tar.xz (at most 60 MiB)
 #   tools/gpu_check.sh [--from DIR] there: unpacks DIR's pack (default gpu_pack/) and runs the
 #                                   sequence below on the GPU
+#   tools/gpu_check.sh --list       the steps, each with its estimate on one H100
+#   tools/gpu_check.sh --step A,B   only those steps (with --from or --dry-run too)
 #   tools/gpu_check.sh --dry-run [--from DIR]
 #                                   here: the same sequence on the CPU from the pack, in a
 #                                   private mount namespace where /dev/null hides the system's
@@ -20,9 +22,10 @@
 # as well, and minutes of the 8 the check may take. The packed libraries are Debian 12's and
 # need glibc 2.36 or newer there.
 #
-# The sequence, each a row of the summary (printed, and written to $OUT/gpu_check.md with the
-# logs when OUT is set): whether the pack's programs load there; the CUDA unit tests; the communicator on the device with one rank and
-# two (the second with two GPUs), NCCL on one rank included; the consistency layouts
+# The sequence, in steps (--list), each one or more rows of the summary: printed, and with OUT
+# set appended to $OUT/gpu_check.md, its logs copied to $OUT/logs, as each step ends. Whether
+# the pack's programs load there; the CUDA unit tests; the communicator on the device with one
+# rank and two (the second with two GPUs), NCCL on one rank included; the consistency layouts
 # TP1/TP2/STP2/PP2 in fp32 (TF32 off, against TP1 run on the CPU) and in bf16; a bf16
 # distillation of 50 steps whose loss must fall; greedy generation on the device against the
 # CPU's; bench_throughput in bf16 against PyTorch eager under bf16 autocast on the same
@@ -35,6 +38,7 @@ pack_name=retort-gpu-pack
 max_pack_bytes=$((60 * 1024 * 1024))
 mode=run
 from="$here/gpu_pack"
+step_names=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --pack)
@@ -42,6 +46,10 @@ while [[ $# -gt 0 ]]; do
       mode=pack; from="$2"; shift 2 ;;
     --dry-run) mode=dry-run; shift ;;
     --from) from="${2:?--from needs a folder}"; shift 2 ;;
+    --step)
+      [[ $# -ge 2 && -n "$2" && "$2" != -* ]] || { echo "error: gpu_check.sh: --step needs a step name or a comma-separated list (see --list)" >&2; exit 2; }
+      step_names="$2"; shift 2 ;;
+    --list) mode=list; shift ;;
     --inside-namespace) mode=inside; shift ;;  # the dry run, re-entered (internal)
     -h|--help) sed -n '2,/^set -uo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "error: gpu_check.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
@@ -49,6 +57,53 @@ while [[ $# -gt 0 ]]; do
 done
 
 die() { echo "error: gpu_check.sh: $*" >&2; exit 2; }
+
+# The steps, in order: name, the seconds it is expected to take on one H100 (an estimate from
+# the work it does: process and CUDA start-up dominate all but throughput and memory), and what
+# it checks. Each runs within a budget of twice its estimate (at most 4 minutes) and is killed
+# past it; the dry run on a CPU allows each 15 minutes.
+step_table=(
+  "load 5 the pack's programs load (libraries, glibc)"
+  "cuda_unit 60 CUDA unit tests (placement, offloading, generation, NCCL, device peak)"
+  "nccl 20 the communicator on the device, 1 rank (and 2 with two GPUs)"
+  "consistency_float32 45 TP1/TP2/STP2/PP2 on the device against TP1 on the CPU, fp32 (TF32 off)"
+  "consistency_bfloat16 50 TP1/TP2/STP2/PP2 in bf16 on the device (and TP1 in float64)"
+  "distill 40 bf16 distillation, 50 steps: the loss falls"
+  "generate 25 greedy generation on the device gives the CPU's tokens"
+  "throughput 70 bench_throughput bf16 at TinyLlama's shape, MFU against the device's peak"
+  "pytorch_eager 50 PyTorch eager bf16 autocast on the same model"
+  "memory 60 bench_memory (offloading) on the device"
+)
+step_budget_of() {
+  local entry name estimate
+  for entry in "${step_table[@]}"; do
+    read -r name estimate _ <<<"$entry"
+    if [[ "$name" == "$1" ]]; then
+      if [[ "$mode" == inside ]]; then echo 900; else echo $((2 * estimate < 240 ? 2 * estimate : 240)); fi
+      return
+    fi
+  done
+}
+all_steps=()
+for entry in "${step_table[@]}"; do all_steps+=("${entry%% *}"); done
+if [[ "$mode" == list ]]; then
+  total=0
+  printf '%-21s %-22s %s\n' step "estimate on one H100" checks
+  for entry in "${step_table[@]}"; do
+    read -r name estimate what <<<"$entry"
+    printf '%-21s %-22s %s\n' "$name" "${estimate} s" "$what"
+    total=$((total + estimate))
+  done
+  printf '%-21s %-22s %s\n' all "${total} s" "the default: every step in this order"
+  exit 0
+fi
+selected=("${all_steps[@]}")
+if [[ -n "$step_names" ]]; then
+  IFS=, read -r -a selected <<<"$step_names"
+  for name in "${selected[@]}"; do
+    [[ " ${all_steps[*]} " == *" $name "* ]] || die "--step: no step named '$name' (the steps: ${all_steps[*]})"
+  done
+fi
 
 # ---------------------------------------------------------------------------------------------
 # --pack
@@ -148,7 +203,8 @@ fi
 if [[ "$mode" == dry-run ]]; then
   # Re-enter in a private mount namespace that hides the system's copy of each packed library.
   command -v unshare >/dev/null || die "--dry-run needs unshare (util-linux)"
-  exec unshare -m --propagation private "$BASH" "${BASH_SOURCE[0]}" --inside-namespace --from "$from"
+  exec unshare -m --propagation private "$BASH" "${BASH_SOURCE[0]}" --inside-namespace --from "$from" \
+    ${step_names:+--step "$step_names"}
 fi
 
 tarball="$from/$pack_name.tar.xz"
@@ -156,6 +212,10 @@ tarball="$from/$pack_name.tar.xz"
 work="$(mktemp -d "${TMPDIR:-/tmp}/retort_gpu_check.XXXXXX")" || die "no temporary folder"
 tar -C "$work" -xJf "$tarball" || die "cannot unpack $tarball"
 pack="$work/$pack_name"
+step_pid=""
+trap 'rm -rf "$work"' EXIT
+# Cut off (TERM, INT): the running step's command is stopped too (timeout passes the signal on).
+trap '[[ -n "$step_pid" ]] && kill -TERM "$step_pid" 2>/dev/null; exit 143' TERM INT
 
 if [[ "$mode" == inside ]]; then
   device=cpu
@@ -214,17 +274,29 @@ mkdir -p "$results"
 mpirun_cmd=(mpirun --bind-to none)
 
 rows=()
-# row NAME STATUS FIGURE SECONDS
-row() { rows+=("| $1 | $2 | $3 | $4 |"); echo "gpu_check: $1: $2 ($3, $4 s)"; }
-# step NAME LOG COMMAND...: runs it, returns its exit status; the log keeps its output.
+# row NAME STATUS FIGURE SECONDS: prints the row and, with OUT set, appends it to
+# $OUT/gpu_check.md at once, so a check cut off later keeps the rows of the steps it finished.
+row() {
+  rows+=("| $1 | $2 | $3 | $4 |")
+  echo "gpu_check: $1: $2 ($3, $4 s)"
+  [[ -n "${OUT:-}" ]] && echo "| $1 | $2 | $3 | $4 |" >>"$OUT/gpu_check.md"
+}
+# step NAME LOG COMMAND...: runs it within the current step's budget ($step_budget seconds:
+# killed past it), returns its exit status; the log keeps its output and, with OUT set, is
+# copied to $OUT/logs.
 step() {
   local name="$1" log="$results/$2.log"
   shift 2
   local start=$SECONDS
-  "$@" >"$log" 2>&1
+  timeout --kill-after=10 "$step_budget" "$@" >"$log" 2>&1 &
+  step_pid=$!  # timeout leads a process group of its own: the TERM trap below reaches it by pid
+  wait "$step_pid"
   local rc=$?
+  step_pid=""
+  ((rc == 124 || rc == 137)) && echo "error: $name ran past its budget of $step_budget s" >>"$log"
   step_seconds=$((SECONDS - start))
   step_log="$log"
+  [[ -n "${OUT:-}" ]] && cp "$log" "$OUT/logs/" 2>/dev/null
   return $rc
 }
 # "N passed, M skipped" from a GoogleTest log.
@@ -238,42 +310,49 @@ tail_reason() { tail -n 40 "$1" | grep -m1 -E "error|Error|FAILED|not built|abor
 
 # 0. The pack's programs load here: every library found, and the C library they were built
 # against no newer than this machine's
-glibc="$(ldd --version 2>/dev/null | head -1 | grep -Eo '[0-9]+\.[0-9]+$')"
-unresolved="$(for program in "$pack"/bin/* "$pack"/ompi/bin/orterun; do ldd "$program" 2>&1; done |
-  grep -E 'not found|version .GLIBC|too short|cannot open' |
-  sed -E 's/^[[:space:]]*//; s|^.*/([^/:]*): error while loading shared libraries: .*/([^/:]*):|\1 needs \2:|' |
-  sort -u | head -3 | tr '\n' ';')"
-if [[ -z "$unresolved" ]]; then
-  row "the pack's programs load" ok "glibc ${glibc:-?}" 0
-else
-  row "the pack's programs load" FAILED "glibc ${glibc:-?}: $unresolved" 0
-fi
+step_load() {
+  glibc="$(ldd --version 2>/dev/null | head -1 | grep -Eo '[0-9]+\.[0-9]+$')"
+  unresolved="$(for program in "$pack"/bin/* "$pack"/ompi/bin/orterun; do ldd "$program" 2>&1; done |
+    grep -E 'not found|version .GLIBC|too short|cannot open' |
+    sed -E 's/^[[:space:]]*//; s|^.*/([^/:]*): error while loading shared libraries: .*/([^/:]*):|\1 needs \2:|' |
+    sort -u | head -3 | tr '\n' ';')"
+  if [[ -z "$unresolved" ]]; then
+    row "the pack's programs load" ok "glibc ${glibc:-?}" 0
+  else
+    row "the pack's programs load" FAILED "glibc ${glibc:-?}: $unresolved" 0
+  fi
+}
 
 # 1. CUDA unit tests (the tests that need a GPU skip themselves without one)
 # (the placement tests train on the pack's corpus and the checkout's configs)
-if step "CUDA unit tests" cuda_unit env RETORT_TEST_CORPUS="$corpus" RETORT_TEST_CONFIGS="$here/configs" \
-    unit_torch_tests --gtest_filter='Cuda*:*OnCuda*:Nccl*' --gtest_brief=1; then
-  row "CUDA unit tests" ok "$(gtest_counts "$step_log")" $step_seconds
-else
-  row "CUDA unit tests" FAILED "$(tail_reason "$step_log")" $step_seconds
-fi
+step_cuda_unit() {
+  if step "CUDA unit tests" cuda_unit env RETORT_TEST_CORPUS="$corpus" RETORT_TEST_CONFIGS="$here/configs" \
+      unit_torch_tests --gtest_filter='Cuda*:*OnCuda*:Nccl*' --gtest_brief=1; then
+    row "CUDA unit tests" ok "$(gtest_counts "$step_log")" $step_seconds
+  else
+    row "CUDA unit tests" FAILED "$(tail_reason "$step_log")" $step_seconds
+  fi
+}
 
 # 2. NCCL through the communicator: one rank, and two where two GPUs are present
-for ranks in 1 2; do
-  if ((ranks == 2 && gpus < 2)) && [[ "$device" == cuda ]]; then
-    row "NCCL, 2 ranks" skipped "one GPU" 0
-    continue
-  fi
-  if step "NCCL, $ranks rank(s)" "nccl_$ranks" "${mpirun_cmd[@]}" -np $ranks mpi_tests --gtest_filter='DeviceCommunicator.*'; then
-    row "communicator on $device, $ranks rank(s)" ok "$(gtest_counts "$step_log")" $step_seconds
-  else
-    row "communicator on $device, $ranks rank(s)" FAILED "$(tail_reason "$step_log")" $step_seconds
-  fi
-done
+step_nccl() {
+  for ranks in 1 2; do
+    if ((ranks == 2 && gpus < 2)) && [[ "$device" == cuda ]]; then
+      row "NCCL, 2 ranks" skipped "one GPU" 0
+      continue
+    fi
+    if step "NCCL, $ranks rank(s)" "nccl_$ranks" "${mpirun_cmd[@]}" -np $ranks mpi_tests --gtest_filter='DeviceCommunicator.*'; then
+      row "communicator on $device, $ranks rank(s)" ok "$(gtest_counts "$step_log")" $step_seconds
+    else
+      row "communicator on $device, $ranks rank(s)" FAILED "$(tail_reason "$step_log")" $step_seconds
+    fi
+  done
+}
 
 # 3-4. Consistency layouts on the device: fp32 (TF32 off) against TP1 run on the CPU, and bf16
 # against TP1 on the device (derived tolerances)
-for dtype in float32 bfloat16; do
+consistency_step() {
+  local dtype=$1 layouts against
   layouts=TP1,TP2,STP2,PP2 against="TP1 on $device"
   [[ $dtype == float32 ]] && layouts=TP1@cpu,TP1,TP2,STP2,PP2 against="TP1 on the CPU"
   if step "consistency $dtype" "consistency_$dtype" "${mpirun_cmd[@]}" -np 4 engine_consistency \
@@ -283,52 +362,59 @@ for dtype in float32 bfloat16; do
   else
     row "consistency ${layouts//,//} against $against, $dtype, $device" FAILED "$(tail_reason "$step_log")" $step_seconds
   fi
-done
+}
+step_consistency_float32() { consistency_step float32; }
+step_consistency_bfloat16() { consistency_step bfloat16; }
 
 # 5. bf16 distillation, 50 steps (the consistency suite's self-contained student and teacher):
 # the loss must fall
-run_dir="$results/distill_bf16"
-if step "distill bf16" distill_bf16 engine_train "$here/configs/consistency_distill.yaml" \
-    "data.paths=[$corpus]" model.dtype=bfloat16 "runtime.device=$device" runtime.threads=0 \
-    training.steps=50 training.eval_every=0 training.log_every=1 checkpoint.save_at_end=false \
-    "run.dir=$run_dir"; then
-  losses="$("$python" -c '
+step_distill() {
+  run_dir="$results/distill_bf16"
+  if step "distill bf16" distill_bf16 engine_train "$here/configs/consistency_distill.yaml" \
+      "data.paths=[$corpus]" model.dtype=bfloat16 "runtime.device=$device" runtime.threads=0 \
+      training.steps=50 training.eval_every=0 training.log_every=1 checkpoint.save_at_end=false \
+      "run.dir=$run_dir"; then
+    losses="$("$python" -c '
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 rows = [r for r in rows if "loss" in r and "step" in r]
 print("%.3f %.3f" % (rows[0]["loss"], rows[-1]["loss"]))' "$run_dir/metrics.jsonl" 2>/dev/null)"
-  first="${losses% *}" last="${losses#* }"
-  if [[ -n "$losses" ]] && "$python" -c "import sys; sys.exit(0 if $last < $first else 1)"; then
-    row "distillation bf16, 50 steps, $device" ok "loss $first -> $last" $step_seconds
+    first="${losses% *}" last="${losses#* }"
+    if [[ -n "$losses" ]] && "$python" -c "import sys; sys.exit(0 if $last < $first else 1)"; then
+      row "distillation bf16, 50 steps, $device" ok "loss $first -> $last" $step_seconds
+    else
+      row "distillation bf16, 50 steps, $device" FAILED "loss did not fall: ${losses:-no metrics}" $step_seconds
+    fi
   else
-    row "distillation bf16, 50 steps, $device" FAILED "loss did not fall: ${losses:-no metrics}" $step_seconds
+    row "distillation bf16, 50 steps, $device" FAILED "$(tail_reason "$step_log")" $step_seconds
   fi
-else
-  row "distillation bf16, 50 steps, $device" FAILED "$(tail_reason "$step_log")" $step_seconds
-fi
+}
 
 # 5b. Generation on the device: a student trained 4 steps (fp32) continues a prompt greedily
 # with the same tokens on the device as on the CPU
-gen_dir="$results/generate_run"
-if step "generate" generate engine_train "$here/configs/tiny.yaml" "data.paths=[$corpus]" \
-    "runtime.device=$device" training.steps=4 training.eval_every=0 checkpoint.save_at_end=true \
-    "run.dir=$gen_dir" &&
-   step "generate" generate_cpu engine_generate "$gen_dir" --prompt "The state of" \
-    --max-tokens 24 --temperature 0 --tokenizer bytes --device cpu &&
-   cp "$step_log" "$results/generate_cpu.out" &&
-   step "generate" generate_device engine_generate "$gen_dir" --prompt "The state of" \
-    --max-tokens 24 --temperature 0 --tokenizer bytes --device "$device"; then
-  if cmp -s <(grep -v '^engine_generate:' "$results/generate_cpu.out") \
-            <(grep -v '^engine_generate:' "$step_log"); then
-    row "engine_generate greedy, $device against the CPU" ok "24 tokens alike" $step_seconds
+step_generate() {
+  gen_dir="$results/generate_run"
+  if step "generate" generate engine_train "$here/configs/tiny.yaml" "data.paths=[$corpus]" \
+      "runtime.device=$device" training.steps=4 training.eval_every=0 checkpoint.save_at_end=true \
+      "run.dir=$gen_dir" &&
+     step "generate" generate_cpu engine_generate "$gen_dir" --prompt "The state of" \
+      --max-tokens 24 --temperature 0 --tokenizer bytes --device cpu &&
+     cp "$step_log" "$results/generate_cpu.out" &&
+     step "generate" generate_device engine_generate "$gen_dir" --prompt "The state of" \
+      --max-tokens 24 --temperature 0 --tokenizer bytes --device "$device"; then
+    if cmp -s <(grep -v '^engine_generate:' "$results/generate_cpu.out") \
+              <(grep -v '^engine_generate:' "$step_log"); then
+      row "engine_generate greedy, $device against the CPU" ok "24 tokens alike" $step_seconds
+    else
+      row "engine_generate greedy, $device against the CPU" FAILED "the texts differ" $step_seconds
+    fi
   else
-    row "engine_generate greedy, $device against the CPU" FAILED "the texts differ" $step_seconds
+    row "engine_generate greedy, $device against the CPU" FAILED "$(tail_reason "$step_log")" $step_seconds
   fi
-else
-  row "engine_generate greedy, $device against the CPU" FAILED "$(tail_reason "$step_log")" $step_seconds
-fi
+}
 
-# 6. Throughput in bf16 against PyTorch eager (bf16 autocast, SDPA) on the same model
+# 6. Throughput in bf16 against PyTorch eager (bf16 autocast, SDPA) on the same model:
+# TinyLlama's shape on the GPU, a small one on the CPU
 if [[ "$device" == cuda ]]; then
   shape=(hidden=2048 layers=22 heads=32 kv_heads=4 ffn_hidden=5632 seq=2048 batch=4 steps=5)
 else
@@ -336,60 +422,84 @@ else
 fi
 declare -A s
 for kv in "${shape[@]}"; do s[${kv%%=*}]=${kv#*=}; done
-retort_keys=("model.hidden=${s[hidden]}" "model.layers=${s[layers]}" "model.heads=${s[heads]}"
-             "model.kv_heads=${s[kv_heads]}" "model.ffn_hidden=${s[ffn_hidden]}"
-             "data.seq_len=${s[seq]}" "training.micro_batch=${s[batch]}"
-             "training.global_batch=${s[batch]}" model.dtype=bfloat16 "runtime.device=$device")
-# MFU against the device's dense bf16 peak (H100 and H200 SXM: 989 TFLOP/s); on the CPU
-# against the fp32 GEMM peak bench_throughput measures.
-if step "bench_throughput" throughput bench_throughput "${s[steps]}" "$(nproc)" "${retort_keys[@]}"; then
-  read -r retort_tps retort_mfu < <("$python" -c '
+retort_tps=""
+# MFU as bench_throughput reports it: against the device's dense bf16 peak on the GPU
+# (engine/observe/device_peak.h), against the best fp32 GEMM on the CPU.
+step_throughput() {
+  local keys=("model.hidden=${s[hidden]}" "model.layers=${s[layers]}" "model.heads=${s[heads]}"
+              "model.kv_heads=${s[kv_heads]}" "model.ffn_hidden=${s[ffn_hidden]}"
+              "data.seq_len=${s[seq]}" "training.micro_batch=${s[batch]}"
+              "training.global_batch=${s[batch]}" model.dtype=bfloat16 "runtime.device=$device")
+  local name="Retort bf16, ${s[hidden]}x${s[layers]}, seq ${s[seq]}, $device" mfu how
+  if step "bench_throughput" throughput bench_throughput "${s[steps]}" "$(nproc)" "${keys[@]}"; then
+    IFS=$'\t' read -r retort_tps mfu how < <("$python" -c '
 import json, sys
 line = [l for l in open(sys.argv[1]) if l.startswith("json: ")][-1]
 r = json.loads(line[6:])
-peak = 989e12 if sys.argv[2] == "cuda" else r["gemm_peak_gflops"] * 1e9
-mfu = 100 * r["tokens_per_s"] * r["flops_per_token"] / peak
-print(round(r["tokens_per_s"]), "%.1f" % mfu)' "$step_log" "$device")
-  peak_name=$([[ "$device" == cuda ]] && echo "dense bf16 peak" || echo "fp32 GEMM peak")
-  row "Retort bf16, ${s[hidden]}x${s[layers]}, seq ${s[seq]}, $device" ok "$retort_tps tokens/s, MFU $retort_mfu% of the $peak_name" $step_seconds
-else
-  retort_tps=""
-  row "Retort bf16, ${s[hidden]}x${s[layers]}, seq ${s[seq]}, $device" FAILED "$(tail_reason "$step_log")" $step_seconds
-fi
-if step "pytorch eager" pytorch_eager "$python" "$here/bench/peer/torch_llama.py" --mode bf16 \
-    --device "$device" --hidden "${s[hidden]}" --layers "${s[layers]}" --heads "${s[heads]}" \
-    --kv_heads "${s[kv_heads]}" --ffn "${s[ffn_hidden]}" --seq "${s[seq]}" --batch "${s[batch]}" \
-    --steps "${s[steps]}" --threads "$(nproc)"; then
-  torch_tps="$("$python" -c 'import json,sys; print(round(json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])["tokens_per_s"]))' "$step_log")"
-  ratio=""
-  if [[ -n "$retort_tps" ]]; then
-    ratio="; Retort $("$python" -c "print(f'{$retort_tps / $torch_tps:.2f}x')")"
+print("%d\t%.1f\t%s" % (round(r["tokens_per_s"]), 100 * r["mfu"], r["peak_how"]))' "$step_log")
+    row "$name" ok "$retort_tps tokens/s, MFU $mfu% ($how)" $step_seconds
+  else
+    retort_tps=""
+    row "$name" FAILED "$(tail_reason "$step_log")" $step_seconds
   fi
-  row "PyTorch eager bf16 autocast, same model, $device" ok "$torch_tps tokens/s$ratio" $step_seconds
-else
-  row "PyTorch eager bf16 autocast, same model, $device" FAILED "$(tail -n1 "$step_log" | cut -c1-140)" $step_seconds
-fi
+}
+
+step_pytorch_eager() {
+  local name="PyTorch eager bf16 autocast, same model, $device" torch_tps ratio=""
+  if step "pytorch eager" pytorch_eager "$python" "$here/bench/peer/torch_llama.py" --mode bf16 \
+      --device "$device" --hidden "${s[hidden]}" --layers "${s[layers]}" --heads "${s[heads]}" \
+      --kv_heads "${s[kv_heads]}" --ffn "${s[ffn_hidden]}" --seq "${s[seq]}" --batch "${s[batch]}" \
+      --steps "${s[steps]}" --threads "$(nproc)"; then
+    torch_tps="$("$python" -c 'import json,sys; print(round(json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])["tokens_per_s"]))' "$step_log")"
+    if [[ -n "$retort_tps" ]]; then
+      ratio="; Retort $("$python" -c "print(f'{$retort_tps / $torch_tps:.2f}x')")"
+    fi
+    row "$name" ok "$torch_tps tokens/s$ratio" $step_seconds
+  else
+    row "$name" FAILED "$(tail -n1 "$step_log" | cut -c1-140)" $step_seconds
+  fi
+}
 
 # 7. Memory with offloading
-if step "bench_memory" memory bench_memory 1 "$(nproc)" "runtime.device=$device"; then
-  peaks="$(awk -F'|' '/\| LM 39.6M \| baseline/ {b=$6} /\| LM 39.6M \| offloading/ {o=$6} /\| LM bf16  \| offloading/ {h=$6}
-    END {gsub(/ /, "", b); gsub(/ /, "", o); gsub(/ /, "", h); printf "peak MB: fp32 %s, fp32 offloading %s, bf16 offloading %s", b, o, h}' "$step_log")"
-  row "bench_memory, $device" ok "$peaks" $step_seconds
-else
-  row "bench_memory, $device" FAILED "$(tail_reason "$step_log")" $step_seconds
-fi
+step_memory() {
+  # The dry run rehearses the step at a quarter of the sequence (the GPU's shapes take minutes
+  # on a CPU); the models, variants and rows are the same.
+  local shorter=()
+  [[ "$device" == cpu ]] && shorter=(data.seq_len=64)
+  if step "bench_memory" memory bench_memory 1 "$(nproc)" "runtime.device=$device" "${shorter[@]}"; then
+    peaks="$(awk -F'|' '/\| LM 39.6M \| baseline/ {b=$6} /\| LM 39.6M \| offloading/ {o=$6} /\| LM bf16  \| offloading/ {h=$6}
+      END {gsub(/ /, "", b); gsub(/ /, "", o); gsub(/ /, "", h); printf "peak MB: fp32 %s, fp32 offloading %s, bf16 offloading %s", b, o, h}' "$step_log")"
+    row "bench_memory, $device" ok "$peaks" $step_seconds
+  else
+    row "bench_memory, $device" FAILED "$(tail_reason "$step_log")" $step_seconds
+  fi
+}
 
+if [[ -n "${OUT:-}" ]]; then
+  mkdir -p "$OUT/logs" || die "cannot create $OUT/logs"
+  {
+    echo "gpu_check on $device ($( [[ $device == cuda ]] && "$python" -c 'import torch; print(torch.cuda.get_device_name(0))' 2>/dev/null || echo "$(nproc) cores, dry run")), $(date -u +%Y-%m-%dT%H:%MZ), pack: $(head -1 "$pack/MANIFEST")"
+    echo
+    echo "| check | result | figure | seconds |"
+    echo "|---|---|---|---|"
+  } >"$OUT/gpu_check.md"
+fi
+started=$SECONDS
+for name in "${selected[@]}"; do
+  step_budget=$(step_budget_of "$name")
+  step_start=$SECONDS
+  echo "gpu_check: step $name (budget ${step_budget} s)"
+  "step_$name"
+  echo "gpu_check: step $name took $((SECONDS - step_start)) s"
+done
 summary="$(
   echo "| check | result | figure | seconds |"
   echo "|---|---|---|---|"
   printf '%s\n' "${rows[@]}"
 )"
 echo
-echo "gpu_check on $device ($( [[ $device == cuda ]] && "$python" -c 'import torch; print(torch.cuda.get_device_name(0))' 2>/dev/null || echo "$(nproc) cores, dry run")), $(date -u +%Y-%m-%dT%H:%MZ), pack: $(head -1 "$pack/MANIFEST")"
+echo "gpu_check on $device, steps ${selected[*]}: $((SECONDS - started)) s"
 echo "$summary"
-if [[ -n "${OUT:-}" ]]; then
-  mkdir -p "$OUT" && echo "$summary" >"$OUT/gpu_check.md" && cp -r "$results" "$OUT/logs" 2>/dev/null
-fi
 rm -rf "$work"
 [[ "$summary" == *FAILED* ]] && exit 1
 exit 0
