@@ -138,15 +138,25 @@ std::vector<int> silent_members(const std::vector<int>& members,
   std::string ranks;
   for (int r : members) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
   const std::string silent = ranks_with_hosts(silent_members(members, answers));
+  // Every member waiting in this very group: they issued operations that cannot complete in
+  // the order given (a send waiting for a receive that its peer posts only later).
+  const std::string here =
+      std::string("on group '") + (label.group_name ? *label.group_name : "?") + "'";
+  bool all_wait_here = !answers.empty();
+  for (const auto& a : answers) all_wait_here &= a.second.find(here) != std::string::npos;
+  const std::string why =
+      !silent.empty() ? "No answer from rank(s) " + silent +
+                            " of that group: dead or not responding (frozen, deadlocked)."
+      : all_wait_here ? std::string(
+                            "Every member answered and waits in this group: its "
+                            "operations were issued in an order that cannot complete "
+                            "(a deadlock of the message order).")
+                      : std::string("Every member answered; the stall is in another group.");
   std::fprintf(stderr,
                "retort: rank %d: %s on group '%s' (world ranks %s) did not complete within "
                "runtime.collective_timeout_s=%g s. %s\n",
                my_rank, label.op, label.group_name ? label.group_name->c_str() : "?", ranks.c_str(),
-               timeout_seconds,
-               silent.empty() ? "Every member answered; the stall is in another group."
-                              : ("No answer from rank(s) " + silent +
-                                 " of that group: dead or not responding (frozen, deadlocked).")
-                                    .c_str());
+               timeout_seconds, why.c_str());
   for (const auto& a : answers) std::fprintf(stderr, "retort:   answer: %s\n", a.second.c_str());
   std::fprintf(stderr, "retort: ending the job.\n");
   std::fflush(stderr);

@@ -330,6 +330,7 @@ void Communicator::all_reduce(torch::Tensor& t, ReduceOp op) {
 }
 
 Handle Communicator::all_reduce_async(torch::Tensor& t, ReduceOp op) {
+  launch_queued_messages();
   require_contiguous(t, "all_reduce");
   if (size_ == 1) {
     count("all_reduce", bytes_of(t));
@@ -376,6 +377,7 @@ torch::Tensor Communicator::reduce_scatter(const torch::Tensor& tensor, int64_t 
 }
 
 Handle Communicator::all_gather_flat_async(const torch::Tensor& in, torch::Tensor& out) {
+  launch_queued_messages();
   require_contiguous(in, "all_gather");
   require_contiguous(out, "all_gather");
   if (stages())
@@ -398,6 +400,7 @@ Handle Communicator::all_gather_flat_async(const torch::Tensor& in, torch::Tenso
 }
 
 Handle Communicator::reduce_scatter_flat_async(const torch::Tensor& in, torch::Tensor& out) {
+  launch_queued_messages();
   require_contiguous(in, "reduce_scatter");
   require_contiguous(out, "reduce_scatter");
   if (stages())
@@ -428,6 +431,7 @@ Handle Communicator::reduce_scatter_flat_async(const torch::Tensor& in, torch::T
 
 Handle Communicator::reduce_scatter_v_async(const torch::Tensor& in, torch::Tensor& out,
                                             const std::vector<int64_t>& counts, ReduceOp op) {
+  launch_queued_messages();
   if (stages())
     return staged(in, out, true, true, [&](torch::Tensor& host_in, torch::Tensor& host_out) {
       return reduce_scatter_v_async(host_in, host_out, counts, op);
@@ -460,6 +464,7 @@ Handle Communicator::reduce_scatter_v_async(const torch::Tensor& in, torch::Tens
 
 Handle Communicator::all_gather_v_async(const torch::Tensor& in, torch::Tensor& out,
                                         const std::vector<int64_t>& counts) {
+  launch_queued_messages();
   if (stages())
     return staged(in, out, true, true, [&](torch::Tensor& host_in, torch::Tensor& host_out) {
       return all_gather_v_async(host_in, host_out, counts);
@@ -486,6 +491,7 @@ Handle Communicator::all_gather_v_async(const torch::Tensor& in, torch::Tensor& 
 }
 
 void Communicator::broadcast(torch::Tensor& t, int root) {
+  launch_queued_messages();
   require_contiguous(t, "broadcast");
   if (stages()) {
     staged(t, t, rank_ == root, rank_ != root, [&](torch::Tensor&, torch::Tensor& host) {
@@ -523,6 +529,7 @@ Handle Communicator::send_async(const torch::Tensor& t, int destination, int tag
   // NCCL matches sends and receives by order per peer, not by tag; queued, they go out grouped
   // at the next wait (nccl_backend.h).
   if (t.is_cuda()) return nccl_handle(nccl(t).send(t, destination));
+  if (p2p_rules_ == PointToPointRules::nccl) return queue_message(t, destination, tag, true);
   std::vector<MPI_Request> requests;  // pieces of one tag arrive in order
   for_each_piece(t.numel(), [&](int64_t offset, int n) {
     MPI_Request r;
@@ -541,6 +548,7 @@ Handle Communicator::recv_async(torch::Tensor& t, int source, int tag) {
     });
   count("recv", bytes_of(t));
   if (t.is_cuda()) return nccl_handle(nccl(t).recv(t, source));
+  if (p2p_rules_ == PointToPointRules::nccl) return queue_message(t, source, tag, false);
   std::vector<MPI_Request> requests;
   for_each_piece(t.numel(), [&](int64_t offset, int n) {
     MPI_Request r;
@@ -550,7 +558,37 @@ Handle Communicator::recv_async(torch::Tensor& t, int source, int tag) {
   return labelled(Handle(std::move(requests), [t] {}), "recv");
 }
 
+Handle Communicator::queue_message(const torch::Tensor& t, int peer, int tag, bool send) {
+  queued_.push_back({t, peer, tag, send});
+  return Handle([this] { return launch_queued_messages(), true; },
+                [this] { launch_queued_messages(); });
+}
+
+// Under PointToPointRules::nccl every collective first launches the messages queued before it
+// (they come before it on the stream).
+void Communicator::launch_queued_messages() {
+  if (queued_.empty()) return;
+  const std::vector<QueuedMessage> group = std::move(queued_);
+  queued_.clear();
+  std::vector<MPI_Request> requests;
+  std::vector<torch::Tensor> keep_alive;
+  for (const QueuedMessage& m : group) {
+    keep_alive.push_back(m.tensor);
+    for_each_piece(m.tensor.numel(), [&](int64_t offset, int n) {
+      MPI_Request r;
+      if (m.send)
+        MPI_Issend(element(m.tensor, offset), n, mpi_type(m.tensor), m.peer, m.tag, comm_, &r);
+      else
+        MPI_Irecv(element(m.tensor, offset), n, mpi_type(m.tensor), m.peer, m.tag, comm_, &r);
+      requests.push_back(r);
+    });
+  }
+  labelled(Handle(std::move(requests), [keep_alive] {}), "point-to-point group (NCCL rules)")
+      .wait();
+}
+
 void Communicator::barrier() {
+  launch_queued_messages();
   count("barrier", 0);
   if (size_ == 1) return;
   MPI_Request request;

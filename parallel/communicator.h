@@ -86,6 +86,15 @@ class Handle {
 
 class NcclBackend;
 
+// How point-to-point messages on CPU tensors behave (parallel.p2p_rules). mpi: MPI's own.
+// nccl: NCCL's pairing rules, so a message order can be tried on the CPU before it runs on
+// GPUs: sends and receives queue until the next wait on any of them (or the next collective
+// on the group), then launch together as one group; a group completes before the next one
+// launches (one stream); and a send completes only once its receive has been launched
+// (MPI_Issend), whatever its size (NCCL buffers only small ones). An order NCCL would
+// deadlock on then deadlocks here, and the collective watchdog names it at its timeout.
+enum class PointToPointRules { mpi, nccl };
+
 class Communicator {
  public:
   // Takes ownership of comm (freed at destruction unless it is MPI_COMM_WORLD/SELF).
@@ -106,6 +115,7 @@ class Communicator {
   MPI_Comm mpi() const { return comm_; }
   Transport transport() const { return transport_; }
   void set_transport(Transport transport) { transport_ = transport; }
+  void set_point_to_point_rules(PointToPointRules rules) { p2p_rules_ = rules; }
 
   // In place on a contiguous tensor.
   void all_reduce(torch::Tensor& tensor, ReduceOp op = ReduceOp::Sum);
@@ -166,6 +176,16 @@ class Communicator {
   // in a build without NCCL.
   NcclBackend& nccl(const torch::Tensor& t);
   std::shared_ptr<NcclBackend> nccl_;
+  // PointToPointRules::nccl: the queued messages, and their launch as one group (waited for).
+  struct QueuedMessage {
+    torch::Tensor tensor;
+    int peer, tag;
+    bool send;
+  };
+  Handle queue_message(const torch::Tensor& t, int peer, int tag, bool send);
+  void launch_queued_messages();
+  std::vector<QueuedMessage> queued_;
+  PointToPointRules p2p_rules_ = PointToPointRules::mpi;
 
   MPI_Comm comm_;
   std::string name_;

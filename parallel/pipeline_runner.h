@@ -1,7 +1,10 @@
 // parallel/pipeline_runner.h: executes a 1F1B schedule on one pipeline stage. The stage
 // supplies two callbacks; the runner moves activations forward and gradients backward
-// between neighbouring stages with non-blocking point-to-point messages over the pipeline
-// group, and drops its reference to a sent tensor once the send completes.
+// between neighbouring stages over the pipeline group, at the schedule's exchange points
+// (Megatron's form): in the steady state a stage sends its activation and receives its
+// gradient together, and its successor sends that gradient and receives that activation
+// together, so each send is posted with the receive it pairs with, as NCCL needs
+// (communicator.h, PointToPointRules).
 #pragma once
 #include <torch/torch.h>
 

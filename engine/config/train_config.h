@@ -27,6 +27,7 @@ RETORT_NAMED_ENUM(Device, cpu, cuda)
 RETORT_NAMED_ENUM(ReduceDType, float32, bfloat16)
 RETORT_NAMED_ENUM(KernelChoice, automatic, aten)
 RETORT_NAMED_ENUM(GpuTransport, automatic, nccl, host_staged)
+RETORT_NAMED_ENUM(P2pRules, mpi, nccl)
 
 #define RETORT_TRAINING_KEYS(KEY)                                                                  \
   KEY(int64_t, steps, "training.steps", 100, 0, 1e12, "optimizer steps to run")                    \
@@ -111,7 +112,12 @@ struct DistillSettings {
   KEY(GpuTransport, gpu_transport, "parallel.gpu_transport", GpuTransport::automatic, 0, 0,  \
       "how groups move GPU tensors: automatic = NCCL where each rank of a group has its "    \
       "own GPU, host-staged MPI where ranks share one; nccl; host_staged (also stages CPU "  \
-      "tensors: a test of that path)")
+      "tensors: a test of that path)")                                                       \
+  KEY(P2pRules, p2p_rules, "parallel.p2p_rules", P2pRules::mpi, 0, 0,                        \
+      "how the pipeline's messages between CPU stages behave: mpi; nccl = under NCCL's "     \
+      "pairing rules (queued, launched together at the next wait, one group after another, " \
+      "a send done only once its receive is launched): an order that would deadlock NCCL "   \
+      "deadlocks here, named by the watchdog")
 
 struct ParallelConfig {
   RETORT_PARALLEL_KEYS(RETORT_FIELD)

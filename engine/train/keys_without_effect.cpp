@@ -25,6 +25,9 @@ std::vector<std::string> keys_without_effect(const TrainConfig& c, const RunFact
     lines.push_back(
         "parallel.gpu_transport=nccl has no effect: this run's tensors are on the CPU, which "
         "MPI moves");
+  if (c.parallel.p2p_rules == P2pRules::nccl && c.parallel.pipeline == 1)
+    lines.push_back(
+        "parallel.p2p_rules=nccl has no effect: there is no pipeline (parallel.pipeline=1)");
   if (c.parallel.dp_reduce_dtype == ReduceDType::bfloat16 &&
       (facts.dp_size == 1 || facts.dp_sum_in_shared_memory))
     lines.push_back(std::string("parallel.dp_reduce_dtype=bfloat16 has no effect: ") +

@@ -99,6 +99,8 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
   const int gpu = device_.is_cuda() ? device_.index() : -1;
   if (device_.is_cuda()) attach_cuda_memory_trace();  // GPU memory in the same account
   report_transports(mesh_.choose_transports(transport_choice(config_.parallel.gpu_transport), gpu));
+  if (config_.parallel.p2p_rules == P2pRules::nccl)
+    mesh_.pp().set_point_to_point_rules(parallel::PointToPointRules::nccl);
   kernels::set_kernel_mode(kernels::kernel_mode_for(config_.runtime.kernels == KernelChoice::aten
                                                         ? kernels::KernelMode::aten
                                                         : kernels::KernelMode::automatic));

@@ -4,20 +4,25 @@
 // gradient 1 back, each stage adding nothing. The test checks, per stage, that forwards and
 // backwards ran in the 1F1B order, that at most p - stage micro-batches were in flight at any
 // time (counted by the stage itself), and that every value arrived from the right
-// micro-batch.
+// micro-batch; under MPI's rules and under NCCL's pairing rules.
 #include "parallel/pipeline_runner.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "parallel/collective_watchdog.h"
+
 using namespace retort::parallel;
 
-TEST(PipelineRunner, InstrumentedStagesRunOneForwardOneBackward) {
+namespace {
+
+void run_instrumented_stages(PointToPointRules rules) {
   MPI_Comm dup;
   MPI_Comm_dup(MPI_COMM_WORLD, &dup);
   Communicator pp(dup, "pp");
+  pp.set_point_to_point_rules(rules);
   const int p = pp.size(), s = pp.rank();
-  for (int m : {1, 3, 8}) {
+  for (int m : {1, 3, 5, 8}) {
     int in_flight = 0, most_in_flight = 0;
     std::vector<PipelineAction> seen;
     std::map<int, double> inputs;  // micro-batch -> value this stage received
@@ -51,4 +56,20 @@ TEST(PipelineRunner, InstrumentedStagesRunOneForwardOneBackward) {
     for (const auto& [micro, value] : inputs) EXPECT_EQ(value, micro + s * (s + 1) / 2.0);
     EXPECT_EQ(int(inputs.size()), m);
   }
+}
+
+}  // namespace
+
+TEST(PipelineRunner, InstrumentedStagesRunOneForwardOneBackward) {
+  run_instrumented_stages(PointToPointRules::mpi);
+}
+
+// The same under NCCL's pairing rules (communicator.h): every send waits for its receive to be
+// launched, and queued messages launch as one group. A send that waits alone for a receive its
+// neighbour posts only after one of its own deadlocks here, and the watchdog ends the job.
+TEST(PipelineRunner, UnderNcclPairingRulesNoSendWaitsAlone) {
+  const double timeout = collective_timeout();
+  set_collective_timeout(60);  // a deadlock ends the job with the watchdog's report
+  run_instrumented_stages(PointToPointRules::nccl);
+  set_collective_timeout(timeout);
 }
