@@ -364,7 +364,7 @@ torch::Tensor Communicator::all_gather(const torch::Tensor& tensor, int64_t dim)
   return gathered.movedim(0, dim);
 }
 
-torch::Tensor Communicator::reduce_scatter(const torch::Tensor& tensor, int64_t dim) {
+torch::Tensor Communicator::reduce_scatter(const torch::Tensor& tensor, int64_t dim, ReduceOp op) {
   torch::Tensor front = tensor.movedim(dim, 0).contiguous();
   std::vector<int64_t> shape = front.sizes().vec();
   if (shape[0] % size_ != 0)
@@ -372,7 +372,7 @@ torch::Tensor Communicator::reduce_scatter(const torch::Tensor& tensor, int64_t 
                                 " does not split over " + std::to_string(size_) + " ranks");
   shape[0] /= size_;
   torch::Tensor out = torch::empty(shape, front.options());
-  reduce_scatter_flat_async(front, out).wait();
+  reduce_scatter_flat_async(front, out, op).wait();
   return out.movedim(0, dim);
 }
 
@@ -399,32 +399,35 @@ Handle Communicator::all_gather_flat_async(const torch::Tensor& in, torch::Tenso
   return labelled(Handle(request, [in, out] {}), "all_gather");
 }
 
-Handle Communicator::reduce_scatter_flat_async(const torch::Tensor& in, torch::Tensor& out) {
+Handle Communicator::reduce_scatter_flat_async(const torch::Tensor& in, torch::Tensor& out,
+                                               ReduceOp op) {
   launch_queued_messages();
   require_contiguous(in, "reduce_scatter");
   require_contiguous(out, "reduce_scatter");
+  if (op == ReduceOp::Max) throw std::invalid_argument("reduce_scatter: sums only");
   if (stages())
     return staged(in, out, true, true, [&](torch::Tensor& host_in, torch::Tensor& host_out) {
-      return reduce_scatter_flat_async(host_in, host_out);
+      return reduce_scatter_flat_async(host_in, host_out, op);
     });
   if (copied_when_alone(size_, in, out)) {
     count("reduce_scatter", bytes_of(in));
     return {};
   }
-  const torch::Tensor wide_in = sum_buffer(in), wide_out = sum_buffer(out);
+  const torch::Tensor wide_in = sum_buffer(in, op), wide_out = sum_buffer(out, op);
   count("reduce_scatter", bytes_of(wide_in));
   if (in.is_cuda())
     return nccl_handle(nccl(in).reduce_scatter(wide_in, wide_out), round_back(out, wide_out));
   if (out.numel() > max_elements) {  // each rank's part reduced onto it, in pieces
     std::vector<MPI_Request> requests;
     torch::Tensor target = wide_out;
-    reduce_parts_to_owners(wide_in, target, std::vector<int64_t>(size_, out.numel()), requests);
+    reduce_parts_to_owners(wide_in, target, std::vector<int64_t>(size_, out.numel()), requests,
+                           mpi_op(op, wide_in));
     std::function<void()> finish = round_back(out, wide_out);
     return labelled(Handle(std::move(requests), [wide_in, finish] { finish(); }), "reduce_scatter");
   }
   MPI_Request request;
   MPI_Ireduce_scatter_block(wide_in.data_ptr(), wide_out.data_ptr(), int(out.numel()),
-                            mpi_type(wide_in), MPI_SUM, comm_, &request);
+                            mpi_type(wide_in), mpi_op(op, wide_in), comm_, &request);
   std::function<void()> finish = round_back(out, wide_out);
   return labelled(Handle(request, [wide_in, finish] { finish(); }), "reduce_scatter");
 }

@@ -6,9 +6,10 @@
 // otherwise they are refused with a clear error. Under Transport::host_staged every tensor
 // travels through host copies over MPI instead. Byte counts: all_reduce and broadcast count the
 // tensor, all_gather the gathered result, reduce_scatter the full input, send/recv the message.
-// 16-bit floats (bfloat16, float16): moved as they are, but reduced (all_reduce,
-// reduce_scatter) in float32 and rounded once, so a sum does not depend on how many ranks or
-// steps it took; their reductions count and move the float32 bytes.
+// 16-bit floats (bfloat16, float16): moved as they are; ReduceOp::Sum reduces them (all_reduce,
+// reduce_scatter) in float32 and rounds once, so a sum does not depend on how many ranks or
+// steps it took, and counts and moves the float32 bytes; ReduceOp::SumNarrow moves and sums
+// them in their own type (the tensor-parallel activation sums, parallel/primitives.cpp).
 #pragma once
 #include <mpi.h>
 #include <torch/torch.h>
@@ -28,8 +29,8 @@ namespace retort::parallel {
 // Sum and Max reduce 16-bit floats in float32 (widened before, rounded once after: MPI has no
 // bfloat16 type, and rounding at every step of a ring or tree would make the sum depend on the
 // number of ranks). SumNarrow moves and sums them in their own type: half the bytes, each
-// partial sum rounded, as NCCL's bf16 sums do (parallel.dp_reduce_dtype=bfloat16); for other
-// types it is Sum.
+// partial sum rounded, as NCCL's bf16 sums do (the tensor-parallel activation sums, and the DP
+// sums under parallel.dp_reduce_dtype=bfloat16); for other types it is Sum.
 enum class ReduceOp { Sum, Max, SumNarrow };
 
 // Seconds this process has spent blocked in communication since start (or the last reset):
@@ -123,10 +124,12 @@ class Communicator {
   // Concatenation of every rank's tensor along dim.
   torch::Tensor all_gather(const torch::Tensor& tensor, int64_t dim);
   // Sum over ranks, then this rank's 1/size slice along dim.
-  torch::Tensor reduce_scatter(const torch::Tensor& tensor, int64_t dim);
+  torch::Tensor reduce_scatter(const torch::Tensor& tensor, int64_t dim,
+                               ReduceOp op = ReduceOp::Sum);
   // Flat contiguous forms for buckets: out has size x in's elements / in has size x out's.
   Handle all_gather_flat_async(const torch::Tensor& in, torch::Tensor& out);
-  Handle reduce_scatter_flat_async(const torch::Tensor& in, torch::Tensor& out);
+  Handle reduce_scatter_flat_async(const torch::Tensor& in, torch::Tensor& out,
+                                   ReduceOp op = ReduceOp::Sum);
   // Variable-size forms (ZeRO): rank r receives / contributes counts[r] elements; `in` of
   // reduce_scatter_v and `out` of all_gather_v hold the ranks' parts in rank order.
   Handle reduce_scatter_v_async(const torch::Tensor& in, torch::Tensor& out,

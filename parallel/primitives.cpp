@@ -17,9 +17,12 @@ void keep_comm(AutogradContext* ctx, Communicator& comm) {
   save_object(ctx, "comm", &comm);
 }
 
+// Tensor-parallel sums of activations and of their gradients travel and add in the
+// activations' own type (ReduceOp::SumNarrow: bf16 on the wire, as NCCL sums it); the
+// gradient reductions of parameters (engine/optim) keep float32.
 torch::Tensor all_reduced(const torch::Tensor& x, Communicator& comm) {
   torch::Tensor y = x.contiguous().clone();
-  comm.all_reduce(y);
+  comm.all_reduce(y, ReduceOp::SumNarrow);
   return y;
 }
 
@@ -70,7 +73,7 @@ struct GatherAlong : torch::autograd::Function<GatherAlong> {
     const int64_t dim = ctx->saved_data["dim"].toInt();
     Communicator& comm = comm_of(ctx);
     torch::Tensor gx = ctx->saved_data["reduce"].toBool()
-                           ? comm.reduce_scatter(g[0], dim)
+                           ? comm.reduce_scatter(g[0], dim, ReduceOp::SumNarrow)
                            : split_along(g[0], dim, comm).contiguous();
     return {gx, torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
@@ -81,7 +84,7 @@ struct ReduceScatterAlong : torch::autograd::Function<ReduceScatterAlong> {
                                int64_t dim) {
     keep_comm(ctx, *comm);
     ctx->saved_data["dim"] = dim;
-    return comm->reduce_scatter(x, dim);
+    return comm->reduce_scatter(x, dim, ReduceOp::SumNarrow);
   }
   static variable_list backward(AutogradContext* ctx, variable_list g) {
     const int64_t dim = ctx->saved_data["dim"].toInt();

@@ -100,9 +100,8 @@ std::map<std::string, int64_t> plan_communication(const TrainConfig& c, const Pl
   const int64_t T = c.layout.tensor, P = c.layout.pipeline, D = c.layout.data;
   const int64_t micro = c.accumulation_steps();
   const int64_t tokens = c.training.micro_batch * c.data.seq_len;
+  // Tensor-parallel sums of activations travel in their own type too (parallel/primitives.cpp).
   const int64_t act = tokens * c.model.hidden * activation_bytes(c);
-  // Sums of 16-bit activations travel widened to float32 (parallel/communicator.h).
-  const int64_t summed_act = tokens * c.model.hidden * std::max<int64_t>(activation_bytes(c), 4);
   const int64_t per_token = tokens * (c.dtype == DType::float64 ? 8 : 4);
   const StageShape stage = stage_of(c, rank.pp);
   const int64_t L = stage.layers;
@@ -119,11 +118,11 @@ std::map<std::string, int64_t> plan_communication(const TrainConfig& c, const Pl
     // cross-entropy's three per-token reductions (last stage).
     const int64_t recompute = full_recompute ? 2 * L : 0;
     if (!sequence) {
-      add("tp/all_reduce", micro * ((4 * L + stage.first + stage.last + recompute) * summed_act +
+      add("tp/all_reduce", micro * ((4 * L + stage.first + stage.last + recompute) * act +
                                     (stage.last ? 3 * per_token : 0)));
     } else {
       add("tp/all_gather", micro * (4 * L + stage.first + stage.last + recompute) * act);
-      add("tp/reduce_scatter", micro * (4 * L + stage.first + stage.last + recompute) * summed_act);
+      add("tp/reduce_scatter", micro * (4 * L + stage.first + stage.last + recompute) * act);
       add("tp/all_reduce", micro * (stage.last ? 3 * per_token : 0));
     }
     add("tp/all_reduce", params.partial_over_tp * grad_bytes);
@@ -157,13 +156,12 @@ std::map<std::string, int64_t> plan_communication(const TrainConfig& c, const Pl
     // and its hidden state travelling the pipeline beside the student's.
     const layers::ModelConfig& t = c.distill.teacher;
     const int64_t teacher_act = tokens * t.hidden * activation_bytes(c);
-    const int64_t teacher_summed = tokens * t.hidden * std::max<int64_t>(activation_bytes(c), 4);
     const int64_t layers_here = (t.layers + P - 1) / P;
     if (T > 1 && !sequence)
-      add("tp/all_reduce", micro * (2 * layers_here + stage.first) * teacher_summed);
+      add("tp/all_reduce", micro * (2 * layers_here + stage.first) * teacher_act);
     if (T > 1 && sequence) {
       add("tp/all_gather", micro * (2 * layers_here + stage.last) * teacher_act);
-      add("tp/reduce_scatter", micro * (2 * layers_here + stage.first) * teacher_summed);
+      add("tp/reduce_scatter", micro * (2 * layers_here + stage.first) * teacher_act);
     }
     if (P > 1) {
       const int64_t message = tokens / (sequence ? T : 1) * t.hidden * pipeline_bytes(c);
@@ -228,14 +226,10 @@ PlanMemory plan_memory(const TrainConfig& c, const PlanRank& rank) {
   mem.weights = copies_kept ? params.held * (bf16 ? 2 : main)
                             : std::max(stage.last ? vocab_rows * h : 0, 2 * f * h) * 2;
   const int64_t kept = full ? stage.layers * residual * element : stage.layers * block;
-  // Under full recomputation the peak falls inside backward, in a recomputed block: under STP
-  // with 16-bit activations its input's gradient is summed over the sequence's shards in a
-  // float32 copy (parallel/communicator.h), the whole sequence's.
-  const int64_t widened_sum = full && sequence && bf16 ? tokens * h * 4 : 0;
   const int64_t logits_chunk = stage.last ? std::min(head_chunk, tokens) * vocab_rows * element : 0;
   const int64_t saved = in_flight * tokens * (kept + outside);
   const int64_t recomputed = full ? tokens * (block - residual * element) : 0;
-  mem.activations = saved + widened_sum + recomputed + logits_chunk;
+  mem.activations = saved + recomputed + logits_chunk;
   // The peak. At the end of the forward that fills the pipeline: the saved activations and
   // one logits chunk, and the gradient buffers only when a backward already ran in this step
   // (more micro-batches than in flight). In the stage's last block's MLP backward: the saved
@@ -256,7 +250,7 @@ PlanMemory plan_memory(const TrainConfig& c, const PlanRank& rank) {
   const int64_t gradients_in_backward =
       backward_before ? mem.gradients : std::min(mem.gradients, first_gradients);
   const int64_t activations_in_backward =
-      saved + widened_sum + recomputed - tokens * f * element;  // less SwiGLU's product
+      saved + recomputed - tokens * f * element;  // less SwiGLU's product
   const int64_t temporaries = tokens * (h + 3 * f) * element;
   const int64_t forward_end = saved + logits_chunk + (backward_before ? mem.gradients : 0);
   if (forward_end >= activations_in_backward + gradients_in_backward + temporaries) {

@@ -211,6 +211,43 @@ TEST(Communicator, NarrowBFloat16SumsMoveHalfTheBytesAndRoundEachPartialSum) {
   EXPECT_TRUE(((part.to(torch::kDouble) - my_exact).abs() <= my_bound).all().item<bool>());
 }
 
+// Tensor-parallel sums of bf16 activations and of their gradients travel and add in bf16
+// (parallel/primitives.cpp, ReduceOp::SumNarrow): 2 bytes an element where float32 sums moved
+// 4, each partial sum rounded: within (n - 1) u sum|x| of the float64 sum (u = 2^-8), and on
+// two ranks exactly the float64 sum rounded once.
+TEST(Primitives, BFloat16ActivationSumsTravelInBFloat16) {
+  Group g;
+  torch::Tensor every_rank = shared_random({g.n, 2, 2 * g.n, 8}, 30).to(torch::kBFloat16);
+  torch::Tensor mine = every_rank[g.r].contiguous();
+  torch::Tensor exact = every_rank.to(torch::kDouble).sum(0);
+  torch::Tensor bound = every_rank.to(torch::kDouble).abs().sum(0) * (g.n - 1) / 256.0;
+  auto holds = [&](const torch::Tensor& got, const torch::Tensor& want, const torch::Tensor& b) {
+    EXPECT_EQ(got.scalar_type(), torch::kBFloat16);
+    EXPECT_TRUE(((got.to(torch::kDouble) - want).abs() <= b).all().item<bool>())
+        << "worst error " << (got.to(torch::kDouble) - want).abs().max().item<double>();
+    if (g.n == 2) EXPECT_TRUE(torch::equal(got, want.to(torch::kBFloat16)));
+  };
+  auto bytes = [&](const char* op) {
+    auto it = g.comm.counters().find(op);
+    return it == g.comm.counters().end() ? int64_t(0) : it->second.bytes;
+  };
+  const int64_t elements = mine.numel();
+  g.comm.reset_counters();
+  auto [summed, unused] = run([&](auto x) { return reduce_from_tp(x, g.comm); }, mine, mine);
+  holds(summed, exact, bound);
+  auto [same, dx] = run([&](auto x) { return copy_to_tp(x, g.comm); }, mine, mine);
+  holds(dx, exact, bound);
+  EXPECT_EQ(bytes("all_reduce"), 2 * elements * 2) << "two sums of bf16, 2 bytes an element";
+  g.comm.reset_counters();
+  auto [part, unused2] = run([&](auto x) { return reduce_scatter_to_sp(x, g.comm); }, mine,
+                             chunk(mine, 1, g).contiguous());
+  holds(part, chunk(exact, 1, g), chunk(bound, 1, g));
+  auto [gathered, dpart] =
+      run([&](auto x) { return gather_from_sp(x, g.comm); }, chunk(mine, 1, g).contiguous(), mine);
+  holds(dpart, chunk(exact, 1, g), chunk(bound, 1, g));
+  EXPECT_EQ(bytes("reduce_scatter"), 2 * elements * 2);
+}
+
 // Every collective and point-to-point call gives the same result when its message goes out
 // in pieces of at most 7 elements (MPI's int counts, exercised small) as in one call, and
 // the results match their definitions computed here.
