@@ -7,6 +7,8 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
 
 #include "parallel/collective_watchdog.h"
@@ -70,7 +72,16 @@ NcclWork::~NcclWork() {
 bool NcclWork::ready() {
   if (!event_) backend_->flush();  // queued point-to-point work
   if (!event_) return false;
-  return cudaEventQuery(static_cast<cudaEvent_t>(event_)) == cudaSuccess;
+  const cudaError_t state = cudaEventQuery(static_cast<cudaEvent_t>(event_));
+  if (state == cudaSuccess) return true;
+  // An error is not "not ready": waiting on would last until the watchdog's timeout.
+  if (state != cudaErrorNotReady)
+    backend_->fail(op_, std::string("CUDA: ") + cudaGetErrorString(state));
+  ncclResult_t async = ncclSuccess;
+  if (backend_->comm_ && ncclCommGetAsyncError(comm_of(backend_->comm_), &async) == ncclSuccess &&
+      async != ncclSuccess && async != ncclInProgress)
+    backend_->fail(op_, std::string("NCCL: ") + ncclGetErrorString(async));
+  return false;
 }
 
 void NcclWork::wait() {
@@ -108,6 +119,19 @@ NcclBackend::NcclBackend(MPI_Comm group, int device, std::string name)
 NcclBackend::~NcclBackend() {
   if (comm_) ncclCommDestroy(comm_of(comm_));
   if (stream_) cudaStreamDestroy(stream_of(stream_));
+}
+
+void NcclBackend::fail(const std::string& op, const std::string& reason) {
+  int world_rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  std::fprintf(stderr,
+               "retort: rank %d: %s on group '%s' failed on GPU %d (%s); aborting the group's "
+               "NCCL communicator and ending the job.\n",
+               world_rank, op.c_str(), name_.c_str(), device_, reason.c_str());
+  std::fflush(stderr);
+  abort();
+  MPI_Abort(MPI_COMM_WORLD, 4);
+  std::abort();  // MPI_Abort does not return
 }
 
 void NcclBackend::abort() {

@@ -7,7 +7,9 @@
 //   writing; its tensors are marked as used on the backend stream (recordStream), so the caching
 //   allocator does not hand their memory out again before the operation is done.
 // - Completion: an operation returns an NcclWork holding an event recorded after it and the
-//   tensors it uses. ready() polls the event; wait() waits for it through the collective
+//   tensors it uses. ready() polls the event, and the communicator's asynchronous error: an
+//   error on either ends the job at once, naming the operation and the group (fail());
+//   wait() waits for it through the collective
 //   watchdog (collective_watchdog.h): past runtime.collective_timeout_s the communicator is
 //   aborted (ncclCommAbort) and the job ended naming the operation and the group. Then the
 //   caller's current stream waits for the event.
@@ -72,6 +74,10 @@ class NcclBackend : public std::enable_shared_from_this<NcclBackend> {
   void flush();
   // ncclCommAbort: what the watchdog does before ending the job.
   void abort();
+  // An operation found failed (a CUDA error on its event, or the communicator's asynchronous
+  // NCCL error): one line naming the operation, the group and the reason, the communicator
+  // aborted, the job ended.
+  [[noreturn]] void fail(const std::string& op, const std::string& reason);
 
  private:
   friend class NcclWork;
