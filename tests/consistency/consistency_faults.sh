@@ -50,8 +50,11 @@ inside_noise() {
 bf16=0
 for arg in "${common[@]}"; do [ "$arg" = model.dtype=bfloat16 ] && bf16=1; done
 check tp_norm_not_summed consistency TP1,STP2 "gradient layers\.[0-9]\.(attn|mlp)_norm\.weight @ step 1"
-# Twice the gradient: the gradient norm 100% off (bf16 measures each tensor in rounding units).
-check dp_not_averaged consistency TP1,DP2 "gradient (norm \|g\||[a-z_.0-9]+) @ step 1: relative difference 1\.000e\+00"
+# Twice the gradient: the gradient norm 100% off. In fp32 some tensor is exactly doubled; in
+# bf16 each tensor is measured in rounding units, and the norm is twice the reference's up to
+# the two runs' rounding (9.999e-01 where the DP ranks' half-batch products round otherwise, as
+# ATen's do), so a norm 99.9% to 101% off is the factor 2.
+check dp_not_averaged consistency TP1,DP2 "gradient (norm \|g\||[a-z_.0-9]+) @ step 1: relative difference (1\.00[0-9]e\+00|9\.99[0-9]e-01)"
 check tied_sum_skipped consistency TP1,PP2 "embed\.weight" model.tied_embeddings=true
 # bf16 (tolerances derived from its round-off, 1e-1 for gradients): a gradient 1e-3 off is
 # inside the noise.
