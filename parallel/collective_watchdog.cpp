@@ -1,28 +1,26 @@
 // parallel/collective_watchdog.cpp: see collective_watchdog.h.
 //
-// Protocol on the private communicator (ranks = world ranks): a rank whose wait passed half
-// the timeout sends kProbe to each other member of the waited-on group, once per wait.
-// Every rank, while it waits in anything, answers each probe with kAnswer carrying a line
-// saying what it waits in. A frozen process (SIGSTOP, a deadlock outside MPI, an endless
-// loop) never answers. Sends are fire-and-forget from buffers that live for the process.
+// Liveness (liveness_probes.h) on the private communicator: a rank whose wait passed half the
+// timeout probes each other member of the waited-on group, once per wait. Every rank, while
+// it waits in anything, answers with what it waits in. A frozen process (SIGSTOP, a deadlock
+// outside MPI, an endless loop) never answers.
 #include "parallel/collective_watchdog.h"
 
 #include <sched.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <deque>
-#include <set>
 
 #include "parallel/host_names.h"
+#include "parallel/liveness_probes.h"
 
 namespace retort::parallel {
 namespace {
 
-constexpr int kProbe = 1, kAnswer = 2;
-constexpr int kAnswerBytes = 200;
+constexpr int kLineBytes = 200;
 // A rank whose whole group answered is stalled behind a rank of another group; the member
 // that waits on the silent rank names it at its own timeout. That member may have begun its
 // wait a little later (it was still computing while we already waited on it), so a wait
@@ -34,70 +32,23 @@ constexpr double kGraceWhenAllAnswered = 0.5;
 constexpr double kStopSignalReportSeconds = 0.1;
 
 MPI_Comm liveness = MPI_COMM_NULL;
+MPI_Comm device_liveness = MPI_COMM_NULL;  // device_watchdog.h's own
 int (*stop_signal_check)() = nullptr;
-bool stop_signal_reported = false;  // once per process: the first wait that outlasts it
-double timeout_seconds = 0;
+bool stop_signal_reported = false;       // once per process: the first wait that outlasts it
+std::atomic<double> timeout_seconds{0};  // read by the device watchdog's thread too
 int my_rank = 0;
-std::deque<std::string> sent_answers;   // buffers of answers in flight (MPI reads them late)
+LivenessAnswers sent_answers;
 std::vector<std::string> host_of_rank;  // per world rank, MPI's processor name
 
-// World ranks of the members of `group`.
-std::vector<int> world_ranks_of(MPI_Comm group) {
-  MPI_Group g, world;
-  MPI_Comm_group(group, &g);
-  MPI_Comm_group(MPI_COMM_WORLD, &world);
-  int size = 0;
-  MPI_Group_size(g, &size);
-  std::vector<int> local(size), global(size);
-  for (int i = 0; i < size; ++i) local[i] = i;
-  MPI_Group_translate_ranks(g, size, local.data(), world, global.data());
-  MPI_Group_free(&g);
-  MPI_Group_free(&world);
-  return global;
-}
-
 std::string describe(const WaitLabel& label, double seconds) {
-  char text[kAnswerBytes];
+  char text[kLineBytes];
   std::snprintf(text, sizeof(text), "rank %d waits in %s on group '%s' for %.1f s", my_rank,
                 label.op, label.group_name ? label.group_name->c_str() : "?", seconds);
   return text;
 }
 
-// Answers every probe that has arrived with what this rank waits in.
-void answer_probes(const WaitLabel& label, double seconds) {
-  int arrived = 1;
-  while (arrived) {
-    MPI_Status status;
-    MPI_Iprobe(MPI_ANY_SOURCE, kProbe, liveness, &arrived, &status);
-    if (!arrived) break;
-    int asker = 0;
-    MPI_Recv(&asker, 1, MPI_INT, status.MPI_SOURCE, kProbe, liveness, MPI_STATUS_IGNORE);
-    if (sent_answers.size() > 64) sent_answers.pop_front();  // long delivered
-    sent_answers.push_back(describe(label, seconds));
-    sent_answers.back().resize(kAnswerBytes);
-    MPI_Request request;
-    MPI_Isend(sent_answers.back().data(), kAnswerBytes, MPI_CHAR, asker, kAnswer, liveness,
-              &request);
-    MPI_Request_free(&request);
-  }
-}
-
-// Collects the answers that have arrived: world rank -> its line.
-void collect_answers(std::vector<std::pair<int, std::string>>& answers) {
-  int arrived = 1;
-  while (arrived) {
-    MPI_Status status;
-    MPI_Iprobe(MPI_ANY_SOURCE, kAnswer, liveness, &arrived, &status);
-    if (!arrived) break;
-    char text[kAnswerBytes];
-    MPI_Recv(text, kAnswerBytes, MPI_CHAR, status.MPI_SOURCE, kAnswer, liveness, MPI_STATUS_IGNORE);
-    text[kAnswerBytes - 1] = 0;
-    answers.emplace_back(status.MPI_SOURCE, text);
-  }
-}
-
-// "2, 3 on host1; 5 on host2": ranks grouped by host, hosts in order of first appearance.
-std::string ranks_with_hosts(const std::vector<int>& ranks) {
+// See ranks_with_hosts.
+std::string group_by_host(const std::vector<int>& ranks) {
   std::vector<std::pair<std::string, std::string>> by_host;  // host, its ranks
   for (int r : ranks) {
     const std::string host = size_t(r) < host_of_rank.size() ? host_of_rank[r] : "?";
@@ -112,32 +63,11 @@ std::string ranks_with_hosts(const std::vector<int>& ranks) {
   return text;
 }
 
-// Asks each other member of the waited-on group whether it is alive (once per wait).
-void send_probes(const std::vector<int>& members) {
-  for (int r : members) {
-    if (r == my_rank) continue;
-    MPI_Request request;
-    MPI_Isend(&my_rank, 1, MPI_INT, r, kProbe, liveness, &request);
-    MPI_Request_free(&request);
-  }
-}
-
-// The members other than this rank that sent no answer.
-std::vector<int> silent_members(const std::vector<int>& members,
-                                const std::vector<std::pair<int, std::string>>& answers) {
-  std::set<int> answered;
-  for (const auto& a : answers) answered.insert(a.first);
-  std::vector<int> silent;
-  for (int r : members)
-    if (r != my_rank && !answered.count(r)) silent.push_back(r);
-  return silent;
-}
-
 [[noreturn]] void report_and_abort(const WaitLabel& label, const std::vector<int>& members,
                                    const std::vector<std::pair<int, std::string>>& answers) {
   std::string ranks;
   for (int r : members) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
-  const std::string silent = ranks_with_hosts(silent_members(members, answers));
+  const std::string silent = group_by_host(silent_members(members, my_rank, answers));
   // Every member waiting in this very group: they issued operations that cannot complete in
   // the order given (a send waiting for a receive that its peer posts only later).
   const std::string here =
@@ -156,11 +86,10 @@ std::vector<int> silent_members(const std::vector<int>& members,
                "retort: rank %d: %s on group '%s' (world ranks %s) did not complete within "
                "runtime.collective_timeout_s=%g s. %s\n",
                my_rank, label.op, label.group_name ? label.group_name->c_str() : "?", ranks.c_str(),
-               timeout_seconds, why.c_str());
+               timeout_seconds.load(), why.c_str());
   for (const auto& a : answers) std::fprintf(stderr, "retort:   answer: %s\n", a.second.c_str());
   std::fprintf(stderr, "retort: ending the job.\n");
   std::fflush(stderr);
-  if (label.before_abort) label.before_abort();
   MPI_Abort(MPI_COMM_WORLD, 4);
   std::abort();  // MPI_Abort does not return
 }
@@ -177,16 +106,39 @@ void report_wait_on_stop_signal(const WaitLabel& label) {
                "retort: rank %d got a stop signal while waiting in %s on group '%s' for rank(s) "
                "%s\n",
                my_rank, label.op, label.group_name ? label.group_name->c_str() : "?",
-               others.empty() ? "?" : ranks_with_hosts(others).c_str());
+               others.empty() ? "?" : group_by_host(others).c_str());
   std::fflush(stderr);
 }
 
 }  // namespace
 
+std::vector<int> world_ranks_of(MPI_Comm group) {
+  MPI_Group g, world;
+  MPI_Comm_group(group, &g);
+  MPI_Comm_group(MPI_COMM_WORLD, &world);
+  int size = 0;
+  MPI_Group_size(g, &size);
+  std::vector<int> local(size), global(size);
+  for (int i = 0; i < size; ++i) local[i] = i;
+  MPI_Group_translate_ranks(g, size, local.data(), world, global.data());
+  MPI_Group_free(&g);
+  MPI_Group_free(&world);
+  return global;
+}
+
+std::string ranks_with_hosts(const std::vector<int>& ranks) {
+  return group_by_host(ranks);
+}
+
+MPI_Comm device_liveness_communicator() {
+  return device_liveness;
+}
+
 void init_collective_watchdog() {
   if (liveness != MPI_COMM_NULL) return;
   MPI_Comm_rank(MPI_COMM_WORLD, &my_rank);
   MPI_Comm_dup(MPI_COMM_WORLD, &liveness);
+  MPI_Comm_dup(MPI_COMM_WORLD, &device_liveness);
   host_of_rank = gather_host_names(MPI_COMM_WORLD);  // a report names where silent ranks ran
 }
 
@@ -239,7 +191,7 @@ void wait_or_abort(const std::function<bool()>& done, const WaitLabel& label) {
       return;
     }
     previous_poll = waited;
-    answer_probes(label, waited);
+    answer_probes(liveness, describe(label, waited), sent_answers);
     if (stop_signal_at < 0 && stop_signal_check && stop_signal_check() != 0)
       stop_signal_at = waited;
     if (stop_signal_at >= 0 && !stop_signal_reported &&
@@ -250,10 +202,10 @@ void wait_or_abort(const std::function<bool()>& done, const WaitLabel& label) {
     if (!probed && waited >= 0.5 * timeout_seconds) {
       probed = true;
       members = label.group != MPI_COMM_NULL ? world_ranks_of(label.group) : std::vector<int>{};
-      send_probes(members);
+      send_probes(liveness, members, my_rank);
     }
-    if (probed) collect_answers(answers);
-    if (waited >= timeout_seconds && (!silent_members(members, answers).empty() ||
+    if (probed) collect_answers(liveness, answers);
+    if (waited >= timeout_seconds && (!silent_members(members, my_rank, answers).empty() ||
                                       waited >= (1 + kGraceWhenAllAnswered) * timeout_seconds))
       report_and_abort(label, members, answers);
     sched_yield();  // ranks may outnumber cores

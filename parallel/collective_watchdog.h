@@ -22,6 +22,12 @@ namespace retort::parallel {
 // Collective over MPI_COMM_WORLD, once per process after MPI_Init (MpiRuntime and the MPI
 // test main call it): creates the private communicator the liveness probes travel on.
 void init_collective_watchdog();
+// The communicator device_watchdog.h's probes travel on (made by init_collective_watchdog).
+MPI_Comm device_liveness_communicator();
+// World ranks of the members of `group`.
+std::vector<int> world_ranks_of(MPI_Comm group);
+// "2, 3 on host1; 5 on host2": world ranks grouped by the host they run on.
+std::string ranks_with_hosts(const std::vector<int>& ranks);
 // Seconds a wait may last before the job is ended; 0 turns the watchdog off (plain waits).
 void set_collective_timeout(double seconds);
 double collective_timeout();
@@ -31,8 +37,6 @@ struct WaitLabel {
   const char* op = "wait";
   const std::string* group_name = nullptr;
   MPI_Comm group = MPI_COMM_NULL;
-  // Run at the timeout before the job is ended (an NCCL communicator's abort).
-  std::function<void()> before_abort;
 };
 
 // Where a stop signal is looked up (engine_train: engine::stop_signal_received; 0 for none).

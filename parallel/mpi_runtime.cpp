@@ -2,11 +2,13 @@
 #include "parallel/mpi_runtime.h"
 
 #include <mpi.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <thread>
 
 #include "parallel/collective_watchdog.h"
@@ -16,6 +18,16 @@ namespace {
 
 // The communicator the ranks that found bad input agree over; no other call uses it.
 MPI_Comm error_agreement = MPI_COMM_NULL;
+
+// Whether this process may drive a GPU: NVIDIA's device nodes exist and CUDA_VISIBLE_DEVICES
+// does not hide them all. Such a process asks MPI for MPI_THREAD_MULTIPLE, which the device
+// watchdog's thread needs for its liveness probes (device_watchdog.h); a CPU process keeps the
+// cheaper MPI_THREAD_FUNNELED (no thread of ours calls MPI there).
+bool may_use_a_gpu() {
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (visible && (std::string(visible).empty() || std::string(visible) == "-1")) return false;
+  return access("/dev/nvidiactl", F_OK) == 0;
+}
 
 }  // namespace
 
@@ -30,7 +42,8 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
   if (!initialized) {
     set_mpi_defaults();
     int provided = 0;
-    MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+    MPI_Init_thread(argc, argv, may_use_a_gpu() ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED,
+                    &provided);
     owns_mpi_ = true;
   }
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_);

@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "parallel/collective_watchdog.h"
+#include "parallel/device_watchdog.h"
 
 namespace retort::parallel {
 namespace {
@@ -65,37 +66,29 @@ NcclWork::NcclWork(std::shared_ptr<NcclBackend> backend, std::vector<torch::Tens
                    std::string op)
     : backend_(std::move(backend)), tensors_(std::move(tensors)), op_(std::move(op)) {}
 
-NcclWork::~NcclWork() {
-  if (event_) cudaEventDestroy(static_cast<cudaEvent_t>(event_));
-}
+NcclWork::~NcclWork() = default;
 
 bool NcclWork::ready() {
   if (!event_) backend_->flush();  // queued point-to-point work
   if (!event_) return false;
-  const cudaError_t state = cudaEventQuery(static_cast<cudaEvent_t>(event_));
+  const cudaError_t state = cudaEventQuery(static_cast<cudaEvent_t>(event_.get()));
   if (state == cudaSuccess) return true;
   // An error is not "not ready": waiting on would last until the watchdog's timeout.
   if (state != cudaErrorNotReady)
     backend_->fail(op_, std::string("CUDA: ") + cudaGetErrorString(state));
-  ncclResult_t async = ncclSuccess;
-  if (backend_->comm_ && ncclCommGetAsyncError(comm_of(backend_->comm_), &async) == ncclSuccess &&
-      async != ncclSuccess && async != ncclInProgress)
-    backend_->fail(op_, std::string("NCCL: ") + ncclGetErrorString(async));
+  const std::string async = backend_->async_error();
+  if (!async.empty()) backend_->fail(op_, async);
   return false;
 }
 
 void NcclWork::wait() {
   if (!event_) backend_->flush();
-  WaitLabel label;
-  label.op = op_.c_str();
-  label.group_name = &backend_->name_;
-  std::shared_ptr<NcclBackend> backend = backend_;
-  label.before_abort = [backend] { backend->abort(); };
-  wait_or_abort([this] { return ready(); }, label);
   c10::cuda::CUDAGuard guard(backend_->device_);
   check(cudaStreamWaitEvent(c10::cuda::getCurrentCUDAStream().stream(),
-                            static_cast<cudaEvent_t>(event_), 0),
+                            static_cast<cudaEvent_t>(event_.get()), 0),
         "stream wait");
+  // The allocator keeps the tensors' memory until the backend stream passes this operation
+  // (recordStream in run()), so they need not be held here.
   tensors_.clear();
 }
 
@@ -114,9 +107,16 @@ NcclBackend::NcclBackend(MPI_Comm group, int device, std::string name)
   ncclComm_t comm = nullptr;
   check(ncclCommInitRank(&comm, size, id, rank), "init rank on group '" + name_ + "'");
   comm_ = comm;
+  DeviceWatchdog::Group watched;
+  watched.name = name_;
+  watched.world_ranks = world_ranks_of(group);
+  watched.async_error = [this] { return async_error(); };
+  watched.abort = [this] { abort(); };
+  watchdog_group_ = DeviceWatchdog::process().add_group(std::move(watched));
 }
 
 NcclBackend::~NcclBackend() {
+  DeviceWatchdog::process().remove_group(watchdog_group_);  // before the communicator goes
   if (comm_) ncclCommDestroy(comm_of(comm_));
   if (stream_) cudaStreamDestroy(stream_of(stream_));
 }
@@ -135,15 +135,31 @@ void NcclBackend::fail(const std::string& op, const std::string& reason) {
 }
 
 void NcclBackend::abort() {
+  std::lock_guard<std::mutex> lock(comm_mutex_);
   if (comm_) ncclCommAbort(comm_of(comm_));
   comm_ = nullptr;
 }
 
+std::string NcclBackend::async_error() {
+  std::lock_guard<std::mutex> lock(comm_mutex_);
+  ncclResult_t async = ncclSuccess;
+  if (!comm_ || ncclCommGetAsyncError(comm_of(comm_), &async) != ncclSuccess) return "";
+  if (async == ncclSuccess || async == ncclInProgress) return "";
+  return std::string("NCCL: ") + ncclGetErrorString(async);
+}
+
 void NcclBackend::record_after(NcclWork& work) {
-  cudaEvent_t event = nullptr;
-  check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "event create");
-  check(cudaEventRecord(event, stream_of(stream_)), "event record");
+  cudaEvent_t raw = nullptr;
+  check(cudaEventCreateWithFlags(&raw, cudaEventDisableTiming), "event create");
+  std::shared_ptr<void> event(raw, [](void* e) { cudaEventDestroy(static_cast<cudaEvent_t>(e)); });
+  check(cudaEventRecord(raw, stream_of(stream_)), "event record");
   work.event_ = event;
+  DeviceWatchdog::process().track(watchdog_group_, work.op_, [event] {
+    const cudaError_t state = cudaEventQuery(static_cast<cudaEvent_t>(event.get()));
+    if (state == cudaSuccess) return DeviceOpPoll{DeviceOpState::done, ""};
+    if (state == cudaErrorNotReady) return DeviceOpPoll{DeviceOpState::pending, ""};
+    return DeviceOpPoll{DeviceOpState::failed, std::string("CUDA: ") + cudaGetErrorString(state)};
+  });
 }
 
 template <typename Issue>

@@ -7,12 +7,12 @@
 //   writing; its tensors are marked as used on the backend stream (recordStream), so the caching
 //   allocator does not hand their memory out again before the operation is done.
 // - Completion: an operation returns an NcclWork holding an event recorded after it and the
-//   tensors it uses. ready() polls the event, and the communicator's asynchronous error: an
-//   error on either ends the job at once, naming the operation and the group (fail());
-//   wait() waits for it through the collective
-//   watchdog (collective_watchdog.h): past runtime.collective_timeout_s the communicator is
-//   aborted (ncclCommAbort) and the job ended naming the operation and the group. Then the
-//   caller's current stream waits for the event.
+//   tensors it uses. wait() makes the caller's current stream wait for the event and returns:
+//   the host never spins on NCCL. ready() polls the event (for overlap). Each operation is
+//   also tracked by the process's device watchdog (device_watchdog.h), whose thread polls its
+//   event and the communicator's asynchronous error: an error, or an operation older than
+//   runtime.collective_timeout_s, ends the job with one line naming the operation, the group
+//   and its ranks (the silent ones where it can tell), every NCCL communicator aborted.
 // - Point-to-point: sends and receives are queued and issued together, inside one
 //   ncclGroupStart/End, at the next flush (any wait, any collective): NCCL matches them by
 //   order per peer, and a ring of sends issued before its receives would deadlock one at a time.
@@ -23,6 +23,7 @@
 #include <torch/torch.h>
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -46,7 +47,8 @@ class NcclWork {
   std::shared_ptr<NcclBackend> backend_;
   std::vector<torch::Tensor> tensors_;
   std::string op_;
-  void* event_ = nullptr;  // cudaEvent_t, recorded once the work is issued
+  std::shared_ptr<void> event_;  // cudaEvent_t, recorded once the work is issued; shared with
+                                 // the watchdog, which may poll it after the work is gone
 };
 
 class NcclBackend : public std::enable_shared_from_this<NcclBackend> {
@@ -72,8 +74,10 @@ class NcclBackend : public std::enable_shared_from_this<NcclBackend> {
   std::shared_ptr<NcclWork> recv(const torch::Tensor& t, int peer);
   // Issues the queued sends and receives as one group.
   void flush();
-  // ncclCommAbort: what the watchdog does before ending the job.
+  // ncclCommAbort, from any thread: what the watchdog does before ending the job.
   void abort();
+  // ncclCommGetAsyncError as a reason ("" while healthy), from any thread.
+  std::string async_error();
   // An operation found failed (a CUDA error on its event, or the communicator's asynchronous
   // NCCL error): one line naming the operation, the group and the reason, the communicator
   // aborted, the job ended.
@@ -96,8 +100,10 @@ class NcclBackend : public std::enable_shared_from_this<NcclBackend> {
 
   int device_;
   std::string name_;
-  void* comm_ = nullptr;    // ncclComm_t
-  void* stream_ = nullptr;  // cudaStream_t
+  int watchdog_group_ = -1;  // this communicator's id in the device watchdog
+  std::mutex comm_mutex_;    // abort and the asynchronous error come from the watchdog's thread
+  void* comm_ = nullptr;     // ncclComm_t
+  void* stream_ = nullptr;   // cudaStream_t
   std::vector<PointToPoint> queued_;
 };
 
