@@ -20,7 +20,8 @@ RETORT_NAMED_ENUM(ActivationLoss, mse, cosine, l2)
   KEY(int64_t, teacher_top_k, "distill.teacher_top_k", 0, 0, 1e9,                          \
       "keep the teacher's k largest logits per token (0 = all); forward_kl / soft_ce")     \
   KEY(int64_t, chunk_tokens, "distill.chunk_tokens", 192, 1, 1e9,                          \
-      "tokens per logit-loss chunk (the default: bench_logit_loss, docs/benchmarks.md)")
+      "tokens per logit-loss chunk (the default: bench_logit_loss, docs/benchmarks.md; "     \
+      "with runtime.device=cuda, 4096)")
 
 struct LogitLossOptions {
   // kind: forward_kl = KL(teacher || student), reverse_kl = KL(student || teacher), soft_ce.

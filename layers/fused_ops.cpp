@@ -278,6 +278,9 @@ torch::Tensor stream_rms_norm(const KernelPolicy& policy, const torch::Tensor& x
   // The weight at its value in the output's type, held in that type's accumulation type (the
   // loops read a float32 weight for bf16 rows); no-ops where the types agree.
   const torch::Tensor w = weight.to(out).to(accumulation_type(out));
+  // On a GPU, ATen's fused operator: one kernel each way, normalised and scaled in float32,
+  // rounded once (the composition below rounds the normalised rows before the scale).
+  if (x.is_cuda()) return at::rms_norm(x, {x.size(-1)}, w.to(x.scalar_type()), eps).to(out);
   if (fused_block_parts(policy, x)) return fused_rms_norm(x, w, eps, out);
   return rms_norm(x, w, eps).to(out);
 }

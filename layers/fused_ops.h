@@ -6,8 +6,9 @@
 //             and normalised copies);
 //   swiglu:   saves the packed gate|up product output (not silu(gate));
 //   rope:     rotates the projection's output in place and saves nothing.
-// CPU float32 / float64 contiguous inputs take the loops; anything else (CUDA, half precision)
-// falls back to layers/functional.h, which stays the reference the tests compare against.
+// CPU float32 / float64 contiguous inputs take the loops; on CUDA the block's RMSNorm is ATen's
+// fused operator; anything else falls back to layers/functional.h, which stays the reference
+// the tests compare against.
 #pragma once
 #include <torch/torch.h>
 

@@ -109,9 +109,10 @@ inline torch::Tensor zeroed_whole_gradient(HeadGradSink* sink, const torch::Tens
 
 // grad += a^T b, summed in grad's type. A bf16 product into a float32 sum goes through the
 // BLAS's mixed product where the process has one (kernels/mixed_gemm.h): formed in float32 and
-// added in the same call. Otherwise a 16-bit product is rounded once, then added, a block of
-// grad's rows at a time, so its temporaries (the product and the BLAS's float32 result behind
-// it) stay a few MB, not two more copies of a [vocab, h] head gradient.
+// added in the same call; on a GPU, ATen's product with a float32 result, then added. Otherwise a
+// 16-bit product is rounded once, then added, a block of grad's rows at a time, so its temporaries
+// (the product and the BLAS's float32 result behind it) stay a few MB, not two more copies of a
+// [vocab, h] head gradient.
 inline void add_transposed_product(torch::Tensor& grad, const torch::Tensor& a,
                                    const torch::Tensor& b) {
   if (grad.scalar_type() == a.scalar_type()) {
@@ -122,6 +123,13 @@ inline void add_transposed_product(torch::Tensor& grad, const torch::Tensor& a,
                      b.scalar_type() == torch::kBFloat16 && grad.device().is_cpu() &&
                      a.dim() == 2 && b.dim() == 2 && grad.dim() == 2 && a.stride(1) == 1 &&
                      b.stride(1) == 1 && grad.stride(1) == 1 && kernels::bf16_gemm_f32_available();
+  // A GPU has the mixed product (cuBLAS through ATen's out_dtype): one product per chunk of
+  // tokens with a float32 result, added whole.
+  if (grad.is_cuda() && grad.scalar_type() == torch::kFloat &&
+      a.scalar_type() == torch::kBFloat16 && b.scalar_type() == torch::kBFloat16) {
+    grad.add_(at::mm(a.t(), b, torch::kFloat));
+    return;
+  }
   if (mixed) {
     kernels::bf16_gemm_f32(
         /*trans_a=*/true, /*trans_b=*/false, grad.size(0), grad.size(1), a.size(0), 1.0f,

@@ -18,7 +18,7 @@ RETORT_NAMED_ENUM(Checkpointing, none, full, selective)
       "backward (needs activation_checkpointing full or selective)")                             \
   KEY(int64_t, head_chunk_tokens, "memory.head_chunk_tokens", 256, 0, 1e9,                       \
       "tokens per chunk of the fused LM head + cross-entropy (no [tokens, vocab] logits); "      \
-      "0 = unfused")                                                                             \
+      "0 = unfused; with runtime.device=cuda the default is 4096")                               \
   KEY(bool, defer_head_gradient, "memory.defer_head_gradient", false, 0, 0,                      \
       "form the tied LM head's weight gradient at the end of backward, where the embedding's "   \
       "rows add into it, not in forward: the logits are formed once more, a block of "           \

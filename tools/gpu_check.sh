@@ -64,7 +64,7 @@ die() { echo "error: gpu_check.sh: $*" >&2; exit 2; }
 # past it; the dry run on a CPU allows each 15 minutes.
 step_table=(
   "load 5 the pack's programs load (libraries, glibc)"
-  "cuda_unit 60 CUDA unit tests (placement, offloading, generation, NCCL, device peak)"
+  "cuda_unit 60 CUDA unit tests (placement, offloading, generation, NCCL, device peak, head)"
   "nccl 20 the communicator on the device, 1 rank (and 2 with two GPUs)"
   "consistency_float32 45 TP1/TP2/STP2/PP2 on the device against TP1 on the CPU, fp32 (TF32 off)"
   "consistency_bfloat16 50 TP1/TP2/STP2/PP2 in bf16 on the device (and TP1 in float64)"

@@ -35,6 +35,15 @@ double ParamPolicy::lr_scale(const std::string& name) const {
 TrainConfig make_train_config(const Config& source, int world_size) {
   TrainConfig config;
   for (const KeySpec& key : config_keys()) key.assign(source, config);
+  // On a GPU, chunks of tokens big enough to keep its products busy (small chunks cost
+  // thousands of kernel launches a step), unless the config names its own.
+  constexpr int64_t kGpuChunkTokens = 4096;
+  if (config.runtime.device == Device::cuda) {
+    if (source.origin("memory.head_chunk_tokens") == "default")
+      config.memory.head_chunk_tokens = kGpuChunkTokens;
+    if (source.origin("distill.chunk_tokens") == "default")
+      config.distill.objective.logits.chunk_tokens = kGpuChunkTokens;
+  }
 
   const layers::ModelConfig& model = config.model;
   require(

@@ -226,7 +226,11 @@ PlanMemory plan_memory(const TrainConfig& c, const PlanRank& rank) {
   mem.weights = copies_kept ? params.held * (bf16 ? 2 : main)
                             : std::max(stage.last ? vocab_rows * h : 0, 2 * f * h) * 2;
   const int64_t kept = full ? stage.layers * residual * element : stage.layers * block;
-  const int64_t logits_chunk = stage.last ? std::min(head_chunk, tokens) * vocab_rows * element : 0;
+  int64_t logits_chunk = stage.last ? std::min(head_chunk, tokens) * vocab_rows * element : 0;
+  // On a GPU a bf16 chunk's head weight gradient is one product with a float32 result, added
+  // to the gradient: one float32 head shard beside the chunk's logits.
+  if (stage.last && bf16 && c.runtime.device == Device::cuda && c.memory.head_chunk_tokens > 0)
+    logits_chunk += vocab_rows * h * 4;
   const int64_t saved = in_flight * tokens * (kept + outside);
   const int64_t recomputed = full ? tokens * (block - residual * element) : 0;
   mem.activations = saved + recomputed + logits_chunk;

@@ -222,3 +222,21 @@ TEST(DryRun, BFloat16EstimateCountsTheCopiesAndHalvesTheActivations) {
   EXPECT_EQ(bf16.optimizer, fp32.optimizer);
   EXPECT_EQ(bf16.activations * 2, fp32.activations);
 }
+
+TEST(Config, GpuRunsDefaultToLargeChunksOfTokens) {
+  auto train = [](std::vector<std::string> overrides) {
+    overrides.push_back("data.paths=[x]");
+    return make_train_config(Config::load("", overrides), 1);
+  };
+  const TrainConfig cpu = train({});
+  EXPECT_EQ(cpu.memory.head_chunk_tokens, 256);
+  EXPECT_EQ(cpu.distill.objective.logits.chunk_tokens, 192);
+  const TrainConfig gpu = train({"runtime.device=cuda"});
+  EXPECT_EQ(gpu.memory.head_chunk_tokens, 4096);
+  EXPECT_EQ(gpu.distill.objective.logits.chunk_tokens, 4096);
+  // A chunk the config names is kept, on the GPU too (0: the unfused head).
+  const TrainConfig named =
+      train({"runtime.device=cuda", "memory.head_chunk_tokens=0", "distill.chunk_tokens=512"});
+  EXPECT_EQ(named.memory.head_chunk_tokens, 0);
+  EXPECT_EQ(named.distill.objective.logits.chunk_tokens, 512);
+}
