@@ -11,11 +11,13 @@
 #                  logits + every layer's mixer output
 # (c) writes examples/results/table.md (final losses) and examples/results/*.png (curves).
 # Usage: examples/distill_experiments.sh [STEPS=150]   (about 8 minutes on 2 cores)
+# RETORT_EXPERIMENTS_OUT and RETORT_EXPERIMENTS_RESULTS move the runs and the results elsewhere.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps=${1:-150}
 build=${RETORT_BUILD:-build}
-out=runs/experiments
+out=${RETORT_EXPERIMENTS_OUT:-runs/experiments}
+results=${RETORT_EXPERIMENTS_RESULTS:-examples/results}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 train() {  # train NAME OVERRIDES...
   local name=$1
@@ -41,4 +43,4 @@ for window in 16 64; do
   train window$window "${distill[@]}" model.init.from="$out/teacher" model.sliding_window=$window \
     distill.activation_weight=0.1 "distill.activation_points=[mixer_output]"
 done
-tools/python examples/report.py "$out" examples/results
+tools/python examples/report.py "$out" "$results"
