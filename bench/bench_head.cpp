@@ -33,15 +33,17 @@ int main(int argc, char** argv) {
   const torch::Tensor w = (torch::randn({vocab, hidden}) * 0.02).requires_grad_();
   const torch::Tensor targets = torch::randint(vocab, {tokens});
   const layers::TensorParallel one_rank;
+  layers::KernelPolicy kernels;
   auto step = [&] {
     x.mutable_grad().reset();
     w.mutable_grad().reset();
-    layers::fused_head_cross_entropy_sum(x, w, targets, vocab, one_rank, chunk).backward();
+    layers::fused_head_cross_entropy_sum(x, w, targets, vocab, one_rank, chunk, nullptr, kernels)
+        .backward();
   };
   // The two forms must agree before they are timed.
   std::vector<torch::Tensor> grads[2];
   for (int loops = 0; loops < 2; ++loops) {
-    layers::set_head_row_loops_enabled(loops == 1);
+    kernels.head_row_loops = loops == 1;
     step();
     grads[loops] = {x.grad().clone(), w.grad().clone()};
   }
@@ -56,13 +58,12 @@ int main(int argc, char** argv) {
   std::vector<double> ms[2];
   for (int round = 0; round < rounds; ++round)
     for (int loops = 0; loops < 2; ++loops) {
-      layers::set_head_row_loops_enabled(loops == 1);
+      kernels.head_row_loops = loops == 1;
       const auto start = std::chrono::steady_clock::now();
       step();
       ms[loops].push_back(
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() * 1e3);
     }
-  layers::set_head_row_loops_enabled(true);
   std::printf(
       "fused LM head + cross-entropy, forward and backward: %lld tokens, hidden %lld, "
       "vocabulary %lld, chunks of %lld, %d thread(s), %d alternated rounds\n",

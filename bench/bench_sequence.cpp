@@ -159,7 +159,7 @@ int measure(int argc, char** argv) {
   const double megatron = flops[0].megatron / flops[1].megatron;
   // The target is the executed count: the FLOPs of the attention the issue asks for, one
   // that keeps no [heads, s, s] probabilities and so forms the scores again in backward
-  // (docs/architecture.md, "What bounds the sequence ratio"). The other two are printed for
+  // (docs/benchmark_log.md, "What bounds the sequence ratio"). The other two are printed for
   // comparison: counted once is the stricter model-FLOP convention of the engine's MFU.
   std::printf(
       "  target, the FLOPs this attention executes (FlashAttention's count of its own "

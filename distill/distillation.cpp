@@ -109,7 +109,8 @@ torch::Tensor Distiller::output_loss(const HeadInput& student, const HeadInput& 
     LogitLossValue value = logit_distillation_from_heads(
         student, teacher, targets.ne(kIgnore), with_lm ? targets : torch::Tensor(), vocab_size,
         config_.logits, tp_, factors,
-        recompute_heads ? HeadLogits::formed_again_in_backward : HeadLogits::gradient_in_forward);
+        recompute_heads ? HeadLogits::formed_again_in_backward : HeadLogits::gradient_in_forward,
+        kernels_.run);
     terms->add(PendingTerms::Term::logits, value.kd_sum / target_count);
     if (with_lm) terms->add(PendingTerms::Term::lm, value.ce_sum / target_count);
     return value.total;
@@ -117,9 +118,9 @@ torch::Tensor Distiller::output_loss(const HeadInput& student, const HeadInput& 
   if (!with_lm) return torch::zeros({}, student.input.options());
   torch::Tensor ce_sum;
   if (lm_chunk_tokens > 0) {
-    ce_sum =
-        layers::fused_head_cross_entropy_sum(student.input, student.weight, targets, vocab_size,
-                                             tp_, lm_chunk_tokens, student.weight_grad_sink);
+    ce_sum = layers::fused_head_cross_entropy_sum(student.input, student.weight, targets,
+                                                  vocab_size, tp_, lm_chunk_tokens,
+                                                  student.weight_grad_sink, kernels_);
   } else {  // the unfused head asked for
     ce_sum =
         layers::vocab_parallel_cross_entropy(

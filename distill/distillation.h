@@ -43,6 +43,8 @@ class Distiller {
   bool needs_teacher() const { return config_.logit_weight > 0 || config_.activation_weight > 0; }
   bool needs_teacher_logits() const { return config_.logit_weight > 0; }
   Teacher& teacher() { return teacher_; }
+  // The run's kernel choices (the student model's), for the losses' products and row loops.
+  void set_kernels(const layers::KernelPolicy& kernels) { kernels_ = kernels; }
 
   // The weighted LM and logit losses (the last stage's part) divided by target_count, from
   // the heads' inputs: the heads are fused into the losses, so no [tokens, vocab] tensor
@@ -64,6 +66,7 @@ class Distiller {
   DistillConfig config_;
   Teacher& teacher_;
   layers::TensorParallel tp_;
+  layers::KernelPolicy kernels_;
   std::vector<torch::Tensor> projections_;  // per pair; undefined when widths agree
   std::vector<bool> local_;                 // per pair: its student layer runs here
 };

@@ -105,6 +105,7 @@ struct LossSetup {
   bool with_ce = false;
   parallel::Communicator* group = &parallel::Communicator::one_process();
   layers::HeadGradSink* sink = nullptr;  // the student head weight's gradient goes there
+  layers::RunContext* run = nullptr;     // the run's kernel mode, compute copies, gradient memory
   // The same on every rank: the dense form needs a full teacher and p log p terms that vanish.
   bool dense() const { return top_k == 0 && kind != LogitLoss::reverse_kl; }
 };
@@ -147,7 +148,8 @@ bool loops_apply(const LossSetup& setup, const torch::Tensor& student_rows,
   return setup.dense() && (!setup.with_ce || setup.temperature == 1.0) &&
          rows_ready(student_rows) && rows_ready(teacher_rows) &&
          teacher_rows.scalar_type() == dtype &&
-         layers::runs_our_loops(kernels::Operation::logit_loss, student_rows);
+         layers::runs_our_loops(layers::mode_of(setup.run), kernels::Operation::logit_loss,
+                                student_rows);
 }
 
 template <typename T>
@@ -404,8 +406,10 @@ void stream_student_weight_grad(const LossSetup& setup, const TokenStats& stats,
   // accumulated (read and written whole) fewer times.
   const int64_t chunk = setup.chunk * std::max<int64_t>(1, setup.local / block);
   // The weights as the forward multiplied by them, taken before the sink steps any row.
-  const torch::Tensor student_used = layers::weight_in(ws, xs.scalar_type()),
-                      teacher_used = layers::weight_in(wt, xt.scalar_type());
+  const torch::Tensor student_used =
+                          layers::weight_in(layers::copies_of(setup.run), ws, xs.scalar_type()),
+                      teacher_used =
+                          layers::weight_in(layers::copies_of(setup.run), wt, xt.scalar_type());
   for (int64_t row = 0; row < setup.local; row += block) {
     const int64_t rows = std::min(block, setup.local - row);
     const int64_t real = std::clamp<int64_t>(setup.real - row, 0, rows);
@@ -455,9 +459,11 @@ struct HeadLogitDistillation : torch::autograd::Function<HeadLogitDistillation> 
         empty_stats(setup, targets, xs.options().dtype(layers::accumulation_type(xs)));
     // The heads in the inputs' types (a mixed-precision student's compute copy).
     torch::Tensor student_real_weight =
-                      layers::weight_in(ws, xs.scalar_type()).narrow(0, 0, setup.real),
+                      layers::weight_in(layers::copies_of(setup.run), ws, xs.scalar_type())
+                          .narrow(0, 0, setup.real),
                   teacher_real_weight =
-                      layers::weight_in(wt, xt.scalar_type()).narrow(0, 0, setup.real);
+                      layers::weight_in(layers::copies_of(setup.run), wt, xt.scalar_type())
+                          .narrow(0, 0, setup.real);
     for (int64_t start = 0; start < setup.n; start += setup.chunk) {
       const int64_t len = std::min(setup.chunk, setup.n - start);
       forward_chunk(setup, stats, chunk_logits(xs.narrow(0, start, len), student_real_weight),
@@ -489,11 +495,14 @@ struct HeadLogitDistillation : torch::autograd::Function<HeadLogitDistillation> 
     }
     // The heads in the inputs' types (a mixed-precision student's compute copy).
     torch::Tensor student_real_weight =
-                      layers::weight_in(ws, xs.scalar_type()).narrow(0, 0, setup.real),
+                      layers::weight_in(layers::copies_of(setup.run), ws, xs.scalar_type())
+                          .narrow(0, 0, setup.real),
                   teacher_real_weight =
-                      layers::weight_in(wt, xt.scalar_type()).narrow(0, 0, setup.real);
+                      layers::weight_in(layers::copies_of(setup.run), wt, xt.scalar_type())
+                          .narrow(0, 0, setup.real);
     torch::Tensor grad_x = torch::empty_like(xs);
-    torch::Tensor grad_w = layers::zeroed_whole_gradient(setup.sink, ws);  // padded rows stay 0
+    torch::Tensor grad_w = layers::zeroed_whole_gradient(
+        setup.sink, ws, layers::gradients_of(setup.run));  // padded rows stay 0
     torch::Tensor grad_w_real = grad_w.narrow(0, 0, setup.real);
     for (int64_t start = 0; start < setup.n; start += setup.chunk) {
       const int64_t len = std::min(setup.chunk, setup.n - start);
@@ -526,14 +535,18 @@ struct FusedHeadLogitDistillation : torch::autograd::Function<FusedHeadLogitDist
         empty_stats(setup, targets, xs.options().dtype(layers::accumulation_type(xs)));
     // The heads in the inputs' types (a mixed-precision student's compute copy).
     torch::Tensor student_real_weight =
-                      layers::weight_in(ws, xs.scalar_type()).narrow(0, 0, setup.real),
+                      layers::weight_in(layers::copies_of(setup.run), ws, xs.scalar_type())
+                          .narrow(0, 0, setup.real),
                   teacher_real_weight =
-                      layers::weight_in(wt, xt.scalar_type()).narrow(0, 0, setup.real);
+                      layers::weight_in(layers::copies_of(setup.run), wt, xt.scalar_type())
+                          .narrow(0, 0, setup.real);
     TORCH_CHECK(!setup.sink || !setup.sink->streams(),
                 "the fused logit loss forms the weight's gradient in forward: no streaming sink");
     const bool want_x = xs.requires_grad(), want_w = ws.requires_grad();
     torch::Tensor grad_x = want_x ? torch::empty_like(xs) : torch::Tensor();
-    torch::Tensor grad_w = want_w ? layers::zeroed_whole_gradient(setup.sink, ws) : torch::Tensor();
+    torch::Tensor grad_w =
+        want_w ? layers::zeroed_whole_gradient(setup.sink, ws, layers::gradients_of(setup.run))
+               : torch::Tensor();
     auto [kd_coefficient, ce_coefficient] = coefficients(
         setup, w, torch::tensor({kd_factor, ce_factor}, torch::dtype(w.scalar_type())));
     for (int64_t start = 0; start < setup.n; start += setup.chunk) {
@@ -543,9 +556,9 @@ struct FusedHeadLogitDistillation : torch::autograd::Function<FusedHeadLogitDist
       // they beat the BLAS (layers/linear_products.h), as the LM-only head forms its own.
       const torch::ScalarType loss_type = layers::accumulation_type(xs);
       torch::Tensor student_rows =
-          layers::product_by_transposed(xs_c, student_real_weight).to(loss_type);
+          layers::product_by_transposed(xs_c, student_real_weight, setup.run).to(loss_type);
       torch::Tensor teacher_rows =
-          layers::product_by_transposed(xt.narrow(0, start, len), teacher_real_weight)
+          layers::product_by_transposed(xt.narrow(0, start, len), teacher_real_weight, setup.run)
               .to(loss_type);
       torch::Tensor out;
       const bool alone = !setup.group || setup.group->size() == 1;
@@ -585,7 +598,7 @@ struct FusedHeadLogitDistillation : torch::autograd::Function<FusedHeadLogitDist
       out = out.to(xs.scalar_type());  // the products' type
       if (want_x) {                    // written in place: grad_x rows are contiguous
         torch::Tensor rows = grad_x.narrow(0, start, len);
-        layers::product_by_out(rows, out, student_real_weight);
+        layers::product_by_out(rows, out, student_real_weight, setup.run);
       }
       if (want_w) {
         torch::Tensor grad_w_real = grad_w.narrow(0, 0, setup.real);
@@ -641,7 +654,8 @@ LogitLossValue logit_distillation_from_heads(const HeadInput& student, const Hea
                                              const torch::Tensor& targets, int64_t vocab_size,
                                              const LogitLossOptions& options,
                                              const layers::TensorParallel& tp,
-                                             const LossFactors& factors, HeadLogits head_logits) {
+                                             const LossFactors& factors, HeadLogits head_logits,
+                                             layers::RunContext* run) {
   const int64_t local = student.weight.size(0);
   TORCH_CHECK(teacher.weight.size(0) == local, "student and teacher vocabulary slices differ");
   torch::Tensor xs = student.input.reshape({-1, student.input.size(-1)});
@@ -649,6 +663,7 @@ LogitLossValue logit_distillation_from_heads(const HeadInput& student, const Hea
       targets.defined() ? targets.reshape({-1}) : torch::zeros({0}, torch::kLong);
   LossSetup setup = make_setup(xs.size(0), local, flat_targets, vocab_size, options, tp);
   setup.sink = student.weight_grad_sink;
+  setup.run = run;
   torch::Tensor xt = teacher.input.detach().reshape({-1, teacher.input.size(-1)});
   torch::Tensor wt = teacher.weight.detach();
   torch::Tensor w = weight.reshape({-1}).to(layers::accumulation_type(xs));

@@ -15,6 +15,7 @@
 
 #include "distill/distill_config.h"
 #include "layers/head_grad_sink.h"
+#include "layers/run_context.h"
 #include "layers/tensor_parallel.h"
 
 namespace retort::distill {
@@ -56,12 +57,14 @@ struct LogitLossValue {
 // LM cross-entropy against hard targets ([...], kIgnoreIndex where weight is 0; undefined:
 // none). weight: [...] of 0/1 (which tokens count). The sums run over the tokens whose weight
 // is 1 and are identical on every TP rank; the gradients reach the student head's input (this
-// rank's part, summed over TP by the caller's enter_column) and weight.
+// rank's part, summed over TP by the caller's enter_column) and weight. `run`: the run the heads
+// belong to (layers/run_context.h: kernel mode, compute copies, gradient memory; null: none).
 LogitLossValue logit_distillation_from_heads(const HeadInput& student, const HeadInput& teacher,
                                              const torch::Tensor& weight,
                                              const torch::Tensor& targets, int64_t vocab_size,
                                              const LogitLossOptions& options,
                                              const layers::TensorParallel& tp,
-                                             const LossFactors& factors, HeadLogits head_logits);
+                                             const LossFactors& factors, HeadLogits head_logits,
+                                             layers::RunContext* run = nullptr);
 
 }  // namespace retort::distill

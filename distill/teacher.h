@@ -35,6 +35,13 @@ class Teacher {
   const layers::LlamaModel& model() const { return *model_; }
   // The residual stream's type, when set apart from the weights' (layers::LlamaModel::set_types).
   void set_residual_type(torch::ScalarType type) { model_->set_types(store_->dtype(), type); }
+  // The run it belongs to (layers/run_context.h: kernel mode, compute copies), the student's;
+  // its blocks keep the default fused, blocked policy whatever the student's memory keys.
+  void set_run(layers::RunContext* run) {
+    layers::KernelPolicy kernels = model_->kernels();
+    kernels.run = run;
+    model_->set_kernels(kernels);
+  }
   int64_t weight_bytes() const;
 
  private:

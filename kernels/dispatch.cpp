@@ -1,7 +1,6 @@
 // kernels/dispatch.cpp: see dispatch.h.
 #include "kernels/dispatch.h"
 
-#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -23,29 +22,18 @@ KernelMode mode_from_environment() {
   std::exit(2);
 }
 
-std::atomic<int> mode{-1};  // -1: not read from the environment yet
-
 bool float_or_double(ElementType dtype) {
   return dtype == ElementType::f32 || dtype == ElementType::f64;
 }
 
 }  // namespace
 
-void set_kernel_mode(KernelMode m) {
-  mode = int(m);
-}
-
-KernelMode kernel_mode() {
-  if (mode.load() < 0) mode = int(mode_from_environment());
-  return KernelMode(mode.load());
-}
-
 KernelMode kernel_mode_for(KernelMode configured) {
   return configured == KernelMode::aten ? KernelMode::aten : mode_from_environment();
 }
 
-Route route(Operation op, const Work& work) {
-  if (kernel_mode() == KernelMode::aten || work.device != DeviceKind::cpu) return Route::aten;
+Route route(Operation op, const Work& work, KernelMode mode) {
+  if (mode == KernelMode::aten || work.device != DeviceKind::cpu) return Route::aten;
   bool ours = false;
   switch (op) {
     case Operation::linear_product:

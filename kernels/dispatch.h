@@ -31,14 +31,16 @@ struct Work {
 
 // automatic: route() follows the table below. aten: every operation to ATen, for measuring and
 // for testing the ATen paths (runtime.kernels: aten, or RETORT_KERNELS=aten in the environment,
-// which forces it whatever the key).
+// which forces it whatever the key). The mode is a run's, never the process's: each trainer
+// carries its own (layers/kernel_policy.h) and hands it to route() with every question, so two
+// trainers in one process may run with different ones.
 enum class KernelMode { automatic, aten };
-void set_kernel_mode(KernelMode mode);
-KernelMode kernel_mode();  // until set: the environment's
-// The mode a run with runtime.kernels = `configured` gets: aten if either asks for it.
+// The mode a run with runtime.kernels = `configured` gets: aten if either it or the environment
+// asks for it. kernel_mode_for(automatic) is the environment's alone (what code outside a run
+// uses).
 KernelMode kernel_mode_for(KernelMode configured);
 
-Route route(Operation op, const Work& work);
+Route route(Operation op, const Work& work, KernelMode mode);
 
 // The size thresholds, one table. The tile products win against the wheel's MKL (fp32,
 // AVX-512) on 64-256 rows with an inner dimension of at most 1536, and lose at 1024 rows and

@@ -42,7 +42,7 @@ torch::Tensor Attention::forward(const torch::Tensor& x, const torch::Tensor& ro
   };
   // One product by [W_q; W_k; W_v]; fused, q and k are rotated in place inside it.
   const int64_t q_width = q_->local_weight().size(0), kv_width = k_->local_weight().size(0);
-  torch::Tensor qkv = packed_column_forward({&*q_, &*k_, &*v_}, x);
+  torch::Tensor qkv = packed_column_forward({&*q_, &*k_, &*v_}, x, kernels.run);
   torch::Tensor q, k, v;
   if (fused_block_parts(kernels, x)) {
     qkv = fused_rope_(qkv, rope_cos, rope_sin, (q_width + kv_width) / head_dim_);
@@ -57,10 +57,12 @@ torch::Tensor Attention::forward(const torch::Tensor& x, const torch::Tensor& ro
   // 16-bit tensors go to ATen's scaled-dot-product attention, whose kernel takes the softmax in
   // float32 (the blocked and dense cores here would take it in the tensors' type).
   const bool library = accumulation_type(x) != x.scalar_type();
-  auto attend = [mask, block_rows, window, library](const std::vector<torch::Tensor>& in) {
+  const kernels::KernelMode mode = kernels.mode();
+  auto attend = [mask, block_rows, window, library, mode](const std::vector<torch::Tensor>& in) {
     if (library) return std::vector<torch::Tensor>{library_attention(in[0], in[1], in[2], window)};
     if (block_rows > 0)
-      return std::vector<torch::Tensor>{blocked_attention(in[0], in[1], in[2], window, block_rows)};
+      return std::vector<torch::Tensor>{
+          blocked_attention(in[0], in[1], in[2], window, block_rows, kAttentionKeyBlock, mode)};
     return std::vector<torch::Tensor>{grouped_attention(in[0], in[1], in[2], mask)};
   };
   // Selective checkpointing keeps q, k, v and recomputes the core (for the dense core, the
@@ -69,20 +71,20 @@ torch::Tensor Attention::forward(const torch::Tensor& x, const torch::Tensor& ro
                            ? run_recomputed(attend, {q, k, v}, recompute.offloader)[0]
                            : attend({q, k, v})[0];
   torch::Tensor out = core.transpose(1, 2).reshape({b, s, -1});
-  return o_->forward(out);
+  return o_->forward(out, kernels.run);
 }
 
 torch::Tensor Attention::forward_cached(const torch::Tensor& x, const torch::Tensor& rope_cos,
                                         const torch::Tensor& rope_sin, const torch::Tensor& mask,
                                         torch::Tensor& keys, torch::Tensor& values,
-                                        int64_t position, int64_t capacity) const {
+                                        int64_t position, int64_t capacity, RunContext* run) const {
   const int64_t b = x.size(0), n = x.size(1);
   auto heads = [&](const torch::Tensor& y) {
     return y.view({b, n, -1, head_dim_}).transpose(1, 2);  // [b, local heads, n, d]
   };
-  torch::Tensor q = apply_rope(heads(q_->forward(x)), rope_cos, rope_sin);
-  torch::Tensor k = apply_rope(heads(k_->forward(x)), rope_cos, rope_sin);
-  torch::Tensor v = heads(v_->forward(x));
+  torch::Tensor q = apply_rope(heads(q_->forward(x, run)), rope_cos, rope_sin);
+  torch::Tensor k = apply_rope(heads(k_->forward(x, run)), rope_cos, rope_sin);
+  torch::Tensor v = heads(v_->forward(x, run));
   if (!keys.defined()) {
     keys = torch::empty({b, k.size(1), capacity, head_dim_}, k.options());
     values = torch::empty_like(keys);
@@ -93,7 +95,7 @@ torch::Tensor Attention::forward_cached(const torch::Tensor& x, const torch::Ten
   values.narrow(2, position, n).copy_(v);
   torch::Tensor core = grouped_attention(q, keys.narrow(2, 0, position + n),
                                          values.narrow(2, 0, position + n), mask);
-  return o_->forward(core.transpose(1, 2).reshape({b, n, -1}));
+  return o_->forward(core.transpose(1, 2).reshape({b, n, -1}), run);
 }
 
 }  // namespace retort::layers

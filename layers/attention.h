@@ -31,7 +31,7 @@ class Attention {
   torch::Tensor forward_cached(const torch::Tensor& x, const torch::Tensor& rope_cos,
                                const torch::Tensor& rope_sin, const torch::Tensor& mask,
                                torch::Tensor& keys, torch::Tensor& values, int64_t position,
-                               int64_t capacity) const;
+                               int64_t capacity, RunContext* run = nullptr) const;
   int64_t window() const { return window_; }
 
  private:

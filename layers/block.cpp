@@ -101,9 +101,9 @@ torch::Tensor Block::forward_cached(const torch::Tensor& x, const BlockContext& 
   torch::Tensor mixer = attention_.forward_cached(
       tp_.enter_column(rms_norm(x, attn_norm_, norm_eps_)), context.rope_cos, context.rope_sin,
       context.mask_for(attention_.window()), cache.keys[size_t(index_)],
-      cache.values[size_t(index_)], position, cache.capacity);
+      cache.values[size_t(index_)], position, cache.capacity, context.kernels.run);
   torch::Tensor h = x + mixer;
-  return h + mlp_.forward(tp_.enter_column(rms_norm(h, mlp_norm_, norm_eps_)));
+  return h + mlp_.forward(tp_.enter_column(rms_norm(h, mlp_norm_, norm_eps_)), {}, context.kernels);
 }
 
 }  // namespace retort::layers

@@ -76,10 +76,12 @@ torch::Tensor rows_of(const torch::Tensor& t, const Shape& sh, int64_t q0, int64
 }
 
 // The fused CPU kernels (attention_kernels.h), where the dispatch routes q's device and dtype
-// to them, with k and v alike.
-bool fused_kernels_apply(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
-  return runs_our_loops(kernels::Operation::attention, q) && k.scalar_type() == q.scalar_type() &&
-         v.scalar_type() == q.scalar_type() && k.device() == q.device() && v.device() == q.device();
+// to them under `mode`, with k and v alike.
+bool fused_kernels_apply(kernels::KernelMode mode, const torch::Tensor& q, const torch::Tensor& k,
+                         const torch::Tensor& v) {
+  return runs_our_loops(mode, kernels::Operation::attention, q) &&
+         k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type() &&
+         k.device() == q.device() && v.device() == q.device();
 }
 
 kernels::AttentionShape kernel_shape(const Shape& sh) {
@@ -195,12 +197,11 @@ variable_list fused_backward(const Shape& sh, const torch::Tensor& q, const torc
 struct BlockedAttention : torch::autograd::Function<BlockedAttention> {
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor q, torch::Tensor k,
                                torch::Tensor v, int64_t window, int64_t block_rows,
-                               int64_t key_block) {
+                               int64_t key_block, bool fused) {
     const Shape sh = shape_of(q, k, window, block_rows, key_block);
     ctx->saved_data["window"] = window;
     ctx->saved_data["block_rows"] = block_rows;
     ctx->saved_data["key_block"] = key_block;
-    const bool fused = fused_kernels_apply(q, k, v);
     ctx->saved_data["fused"] = fused;
     if (fused) {
       auto [out, lse] = fused_forward(sh, q, k, v);
@@ -257,7 +258,7 @@ struct BlockedAttention : torch::autograd::Function<BlockedAttention> {
                  ctx->saved_data["key_block"].toInt());
     if (ctx->saved_data["fused"].toBool()) {
       variable_list grads_qkv = fused_backward(sh, q, k, v, out, lse, grads[0]);
-      return {grads_qkv[0],    grads_qkv[1],    grads_qkv[2],
+      return {grads_qkv[0],    grads_qkv[1],    grads_qkv[2],   torch::Tensor(),
               torch::Tensor(), torch::Tensor(), torch::Tensor()};
     }
     auto as5 = [&](const torch::Tensor& t) {
@@ -294,6 +295,7 @@ struct BlockedAttention : torch::autograd::Function<BlockedAttention> {
             dv,
             torch::Tensor(),
             torch::Tensor(),
+            torch::Tensor(),
             torch::Tensor()};
   }
 };
@@ -302,13 +304,14 @@ struct BlockedAttention : torch::autograd::Function<BlockedAttention> {
 
 torch::Tensor blocked_attention(const torch::Tensor& q, const torch::Tensor& k,
                                 const torch::Tensor& v, int64_t window, int64_t block_rows,
-                                int64_t key_block) {
+                                int64_t key_block, kernels::KernelMode mode) {
   TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "blocked_attention: 4-d q, k, v");
   TORCH_CHECK(q.size(1) % k.size(1) == 0,
               "blocked_attention: heads must be a multiple of kv_heads");
   TORCH_CHECK(q.size(2) == k.size(2), "blocked_attention: queries and keys of one length");
   TORCH_CHECK(block_rows > 0 && key_block > 0, "blocked_attention: block sizes must be positive");
-  return BlockedAttention::apply(q, k, v, window, block_rows, key_block);
+  return BlockedAttention::apply(q, k, v, window, block_rows, key_block,
+                                 fused_kernels_apply(mode, q, k, v));
 }
 
 }  // namespace retort::layers

@@ -11,12 +11,19 @@
 #pragma once
 #include <torch/torch.h>
 
+#include "layers/kernel_policy.h"
+
 namespace retort::layers {
+
+// Keys a block of queries meets at a time, unless a caller names its own.
+inline constexpr int64_t kAttentionKeyBlock = 512;
 
 // q [b, heads, s, d], k and v [b, kv_heads, s, d] (heads a multiple of kv_heads, each kv head
 // serving heads/kv_heads consecutive query heads); queries and keys both at positions 0..s-1.
+// `mode`: whether the dispatch may send the blocks to our fused kernels (kernels/dispatch.h).
 torch::Tensor blocked_attention(const torch::Tensor& q, const torch::Tensor& k,
                                 const torch::Tensor& v, int64_t window, int64_t block_rows,
-                                int64_t key_block = 512);
+                                int64_t key_block = kAttentionKeyBlock,
+                                kernels::KernelMode mode = environment_kernel_mode());
 
 }  // namespace retort::layers

@@ -1,7 +1,6 @@
 // layers/compute_copy.cpp: see compute_copy.h.
 #include "layers/compute_copy.h"
 
-#include <atomic>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -26,17 +25,6 @@ struct Copy {
 // The weights' places (address, shape, strides) and the copy's type.
 using Key = std::vector<int64_t>;
 
-struct Cache {
-  std::atomic<bool> keep{true};
-  std::mutex mutex;
-  std::map<Key, Copy> copies;
-};
-
-Cache& cache() {
-  static Cache instance;
-  return instance;
-}
-
 Key key_of(at::TensorList weights, torch::ScalarType type) {
   Key key{int64_t(type)};
   for (const torch::Tensor& w : weights) {
@@ -60,11 +48,11 @@ bool still_valid(const Copy& copy, at::TensorList weights) {
 }
 
 // Copies of weights that no longer exist.
-void drop_expired(Cache& c) {
-  for (auto it = c.copies.begin(); it != c.copies.end();) {
+void drop_expired(std::map<Key, Copy>& copies) {
+  for (auto it = copies.begin(); it != copies.end();) {
     bool expired = false;
     for (const Source& source : it->second.sources) expired = expired || source.storage.expired();
-    it = expired ? c.copies.erase(it) : std::next(it);
+    it = expired ? copies.erase(it) : std::next(it);
   }
 }
 
@@ -77,9 +65,19 @@ torch::Tensor cast_copy(at::TensorList weights, torch::ScalarType type) {
   return torch::empty(source.sizes(), source.options().dtype(type)).copy_(source);
 }
 
-torch::Tensor cached_copy(at::TensorList weights, torch::ScalarType type) {
-  Cache& c = cache();
-  if (!c.keep) return cast_copy(weights, type);
+}  // namespace
+
+struct ComputeCopies::Cache {
+  std::mutex mutex;
+  std::map<Key, Copy> copies;
+};
+
+ComputeCopies::ComputeCopies(bool keep) : keep_(keep), cache_(std::make_unique<Cache>()) {}
+ComputeCopies::~ComputeCopies() = default;
+
+torch::Tensor ComputeCopies::cached_copy(at::TensorList weights, torch::ScalarType type) {
+  if (!keep_) return cast_copy(weights, type);
+  Cache& c = *cache_;
   const Key key = key_of(weights, type);
   std::lock_guard<std::mutex> lock(c.mutex);
   auto it = c.copies.find(key);
@@ -96,46 +94,50 @@ torch::Tensor cached_copy(at::TensorList weights, torch::ScalarType type) {
         {c10::weak_intrusive_ptr<c10::StorageImpl>(w.storage().getWeakStorageImpl()),
          w._version()});
   copy.value = cast_copy(weights, type);
-  drop_expired(c);
+  drop_expired(c.copies);
   torch::Tensor value = copy.value;
   c.copies[key] = std::move(copy);
   return value;
 }
 
-}  // namespace
-
-torch::Tensor weight_in(const torch::Tensor& weight, torch::ScalarType type) {
+torch::Tensor ComputeCopies::weight_in(const torch::Tensor& weight, torch::ScalarType type) {
   if (weight.scalar_type() == type) return weight;
   return cached_copy({weight}, type);
 }
 
-torch::Tensor stacked_weights_in(at::TensorList weights, torch::ScalarType type) {
+torch::Tensor ComputeCopies::stacked_weights_in(at::TensorList weights, torch::ScalarType type) {
   if (weights.front().scalar_type() == type) return stacked_rows(weights);
   return cached_copy(weights, type);
 }
 
-ComputeCopyScope::ComputeCopyScope(bool keep) : previous_(cache().keep.exchange(keep)) {}
-
-ComputeCopyScope::~ComputeCopyScope() {
-  cache().keep = previous_;
-}
-
-bool compute_copies_kept() {
-  return cache().keep;
-}
-
-int64_t compute_copy_bytes() {
-  Cache& c = cache();
-  std::lock_guard<std::mutex> lock(c.mutex);
+int64_t ComputeCopies::bytes() const {
+  std::lock_guard<std::mutex> lock(cache_->mutex);
   int64_t bytes = 0;
-  for (const auto& [key, copy] : c.copies) bytes += copy.value.nbytes();
+  for (const auto& [key, copy] : cache_->copies) bytes += copy.value.nbytes();
   return bytes;
 }
 
-void clear_compute_copies() {
-  Cache& c = cache();
-  std::lock_guard<std::mutex> lock(c.mutex);
-  c.copies.clear();
+void ComputeCopies::clear() {
+  std::lock_guard<std::mutex> lock(cache_->mutex);
+  cache_->copies.clear();
+}
+
+torch::Tensor weight_in(ComputeCopies* copies, const torch::Tensor& weight,
+                        torch::ScalarType type) {
+  if (weight.scalar_type() == type) return weight;
+  if (copies) return copies->weight_in(weight, type);
+  return cast_copy({weight}, type);
+}
+
+torch::Tensor stacked_weights_in(ComputeCopies* copies, at::TensorList weights,
+                                 torch::ScalarType type) {
+  if (weights.front().scalar_type() == type) return stacked_rows(weights);
+  if (copies) return copies->stacked_weights_in(weights, type);
+  return cast_copy(weights, type);
+}
+
+bool compute_copies_kept(const ComputeCopies* copies) {
+  return copies && copies->kept();
 }
 
 }  // namespace retort::layers

@@ -8,42 +8,40 @@
 namespace retort::layers {
 namespace {
 
-struct Offers {
-  std::mutex mutex;
-  std::unordered_map<const c10::TensorImpl*, torch::Tensor> by_param;
-};
-
-Offers& offers() {
-  static Offers instance;
-  return instance;
-}
-
 const c10::TensorImpl* key(const torch::Tensor& param) {
   return param.unsafeGetTensorImpl();
 }
 
 }  // namespace
 
-void offer_grad_destination(const torch::Tensor& param, torch::Tensor destination) {
+struct GradDestinations::Offers {
+  std::mutex mutex;
+  std::unordered_map<const c10::TensorImpl*, torch::Tensor> by_param;
+};
+
+GradDestinations::GradDestinations() : offers_(std::make_unique<Offers>()) {}
+GradDestinations::~GradDestinations() = default;
+
+void GradDestinations::offer(const torch::Tensor& param, torch::Tensor destination) {
   if (!destination.is_contiguous() || destination.sizes() != param.sizes() ||
       destination.scalar_type() != param.scalar_type() || destination.device() != param.device())
     throw std::invalid_argument(
-        "offer_grad_destination: the destination must be contiguous, of the parameter's shape, "
+        "GradDestinations::offer: the destination must be contiguous, of the parameter's shape, "
         "dtype and device");
-  Offers& o = offers();
+  Offers& o = *offers_;
   std::lock_guard<std::mutex> lock(o.mutex);
   o.by_param[key(param)] = std::move(destination);
 }
 
-void withdraw_grad_destination(const torch::Tensor& param) {
-  Offers& o = offers();
+void GradDestinations::withdraw(const torch::Tensor& param) {
+  Offers& o = *offers_;
   std::lock_guard<std::mutex> lock(o.mutex);
   o.by_param.erase(key(param));
 }
 
-torch::Tensor take_grad_destination(const torch::Tensor& param) {
+torch::Tensor GradDestinations::take(const torch::Tensor& param) {
   if (param.grad().defined()) return {};
-  Offers& o = offers();
+  Offers& o = *offers_;
   std::lock_guard<std::mutex> lock(o.mutex);
   auto it = o.by_param.find(key(param));
   if (it == o.by_param.end()) return {};
@@ -52,8 +50,8 @@ torch::Tensor take_grad_destination(const torch::Tensor& param) {
   return destination;
 }
 
-std::vector<torch::Tensor> take_stacked_grad_destinations(at::TensorList params) {
-  Offers& o = offers();
+std::vector<torch::Tensor> GradDestinations::take_stacked(at::TensorList params) {
+  Offers& o = *offers_;
   std::lock_guard<std::mutex> lock(o.mutex);
   const char* next = nullptr;
   const torch::Tensor* first = nullptr;
@@ -74,6 +72,15 @@ std::vector<torch::Tensor> take_stacked_grad_destinations(at::TensorList params)
     o.by_param.erase(it);
   }
   return taken;
+}
+
+torch::Tensor take_grad_destination(GradDestinations* offers, const torch::Tensor& param) {
+  return offers ? offers->take(param) : torch::Tensor();
+}
+
+std::vector<torch::Tensor> take_stacked_grad_destinations(GradDestinations* offers,
+                                                          at::TensorList params) {
+  return offers ? offers->take_stacked(params) : std::vector<torch::Tensor>();
 }
 
 }  // namespace retort::layers

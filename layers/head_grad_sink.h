@@ -55,6 +55,8 @@ class HeadGradSink {
 class TiedHeadGradientSink final : public HeadGradSink {
  public:
   explicit TiedHeadGradientSink(torch::Tensor weight) : weight_(std::move(weight)) {}
+  // The run whose memory offered for the weight's gradient the head may form it in.
+  void set_gradient_offers(GradDestinations* offers) { offers_ = offers; }
   void set_defers(bool defers) { defers_ = defers; }
   bool defers() const override { return defers_; }
   void take_deferred(std::function<torch::Tensor()> form) override {
@@ -70,7 +72,7 @@ class TiedHeadGradientSink final : public HeadGradSink {
     head_grad_ = std::move(grad);
   }
   // Memory offered for the weight's gradient (layers/grad_destinations.h), when it has none.
-  torch::Tensor whole_gradient_memory() override { return take_grad_destination(weight_); }
+  torch::Tensor whole_gradient_memory() override { return take_grad_destination(offers_, weight_); }
   // The lookup's gradient with the head's added, in the head's memory (the head's gradient
   // went to another sink, or nowhere: the lookup's alone).
   torch::Tensor add_lookup_gradient(const torch::Tensor& lookup_grad) {
@@ -86,6 +88,7 @@ class TiedHeadGradientSink final : public HeadGradSink {
 
  private:
   torch::Tensor weight_;
+  GradDestinations* offers_ = nullptr;
   torch::Tensor head_grad_;  // from the head's backward until the lookup's
   bool defers_ = false;
   std::function<torch::Tensor()> form_;  // deferred: from the head's backward to the lookup's
@@ -94,11 +97,13 @@ class TiedHeadGradientSink final : public HeadGradSink {
 // A zeroed tensor of weight's shape, in accumulation_type (a 16-bit weight's gradient is summed
 // over chunks of tokens in float32, each chunk's product rounded once), for the head weight's whole
 // gradient: the sink's memory when it offers some of that shape and type; without a sink (the
-// gradient goes back to autograd) memory offered for the weight's gradient
-// (layers/grad_destinations.h); else a new tensor, filed as gradient memory: formed in forward,
-// it is the weight's gradient from then on, not an activation kept for backward.
-inline torch::Tensor zeroed_whole_gradient(HeadGradSink* sink, const torch::Tensor& weight) {
-  torch::Tensor memory = sink ? sink->whole_gradient_memory() : take_grad_destination(weight);
+// gradient goes back to autograd) memory the run offered for the weight's gradient
+// (layers/grad_destinations.h; `offers` null: none); else a new tensor, filed as gradient memory:
+// formed in forward, it is the weight's gradient from then on, not an activation kept for backward.
+inline torch::Tensor zeroed_whole_gradient(HeadGradSink* sink, const torch::Tensor& weight,
+                                           GradDestinations* offers) {
+  torch::Tensor memory =
+      sink ? sink->whole_gradient_memory() : take_grad_destination(offers, weight);
   const torch::ScalarType type = accumulation_type(weight);
   if (memory.defined() && memory.sizes() == weight.sizes() && memory.scalar_type() == type &&
       memory.is_contiguous())

@@ -3,6 +3,7 @@
 
 #include <vector>
 
+#include "common/saved_object.h"
 #include "kernels/tile_gemm.h"
 #include "layers/compute_copy.h"
 #include "layers/grad_destinations.h"
@@ -19,12 +20,12 @@ namespace kernels = retort::kernels;
 // them (kernels/dispatch.h), both operands are alike, A's rows are contiguous, and no autograd
 // graph is being recorded through them (they work on raw memory: LinearProduct records it
 // instead).
-bool use_tile(const torch::Tensor& a2d, const torch::Tensor& w) {
+bool use_tile(kernels::KernelMode mode, const torch::Tensor& a2d, const torch::Tensor& w) {
   const bool recording =
       torch::GradMode::is_enabled() && (a2d.requires_grad() || w.requires_grad());
   return !recording && w.scalar_type() == a2d.scalar_type() && w.device() == a2d.device() &&
          a2d.is_contiguous() && w.dim() == 2 &&
-         runs_our_loops(kernels::Operation::linear_product, a2d, a2d.size(0), a2d.size(1));
+         runs_our_loops(mode, kernels::Operation::linear_product, a2d, a2d.size(0), a2d.size(1));
 }
 
 // C [m, n] = A [m, k] B, A contiguous, B element (p, c) at b[p * b_row + c * b_col]. The
@@ -72,41 +73,45 @@ void product_into(torch::Tensor& out, const torch::Tensor& a, const torch::Tenso
 // bench_products' rows against MKL (the header says where): ahead or level from 64 to 256
 // rows where A is at most 256 x 1536; behind at 1024 rows. Fewer than 64 rows were not
 // measured and stay with the BLAS.
-torch::Tensor product_by_transposed(const torch::Tensor& x, const torch::Tensor& weight) {
-  const torch::Tensor w = weight_in(weight, x.scalar_type());
+torch::Tensor product_by_transposed(const torch::Tensor& x, const torch::Tensor& weight,
+                                    RunContext* run) {
+  const torch::Tensor w = weight_in(copies_of(run), weight, x.scalar_type());
   const torch::Tensor x2d = x.reshape({-1, x.size(-1)});
-  if (!use_tile(x2d, w)) return matmul_widening(x, w.t());
+  if (!use_tile(mode_of(run), x2d, w)) return matmul_widening(x, w.t());
   // B = W^T: element (p, c) is W[c][p].
   const torch::Tensor w_data = w.detach();
   return tile_product(x2d.detach(), w_data.data_ptr<float>(), w_data.stride(1), w_data.stride(0),
                       w.size(0), with_last(x, w.size(0)));
 }
 
-torch::Tensor product_by(const torch::Tensor& dy, const torch::Tensor& weight) {
-  const torch::Tensor w = weight_in(weight, dy.scalar_type());
+torch::Tensor product_by(const torch::Tensor& dy, const torch::Tensor& weight, RunContext* run) {
+  const torch::Tensor w = weight_in(copies_of(run), weight, dy.scalar_type());
   const torch::Tensor dy2d = dy.reshape({-1, dy.size(-1)});
-  if (!use_tile(dy2d, w)) return matmul_widening(dy, w);
+  if (!use_tile(mode_of(run), dy2d, w)) return matmul_widening(dy, w);
   const torch::Tensor w_data = w.detach();
   return tile_product(dy2d.detach(), w_data.data_ptr<float>(), w_data.stride(0), w_data.stride(1),
                       w.size(1), with_last(dy, w.size(1)));
 }
 
-void product_by_out(torch::Tensor& out, const torch::Tensor& dy, const torch::Tensor& weight) {
-  const torch::Tensor w = weight_in(weight, dy.scalar_type());
-  if (out.is_contiguous() && out.dim() == 2 && dy.dim() == 2 && use_tile(dy, w))
-    out.copy_(product_by(dy, w));
+void product_by_out(torch::Tensor& out, const torch::Tensor& dy, const torch::Tensor& weight,
+                    RunContext* run) {
+  const torch::Tensor w = weight_in(copies_of(run), weight, dy.scalar_type());
+  if (out.is_contiguous() && out.dim() == 2 && dy.dim() == 2 && use_tile(mode_of(run), dy, w))
+    out.copy_(product_by(dy, w, run));
   else
     mm_out_widening(out, dy, w);
 }
 
 torch::Tensor LinearProduct::forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
-                                     const torch::Tensor& w) {
+                                     const torch::Tensor& w, RunContext* run) {
   // The weight as the product used it (its compute copy under mixed precision, when copies
   // are kept), for dx, and the weight itself, whose gradient is wanted.
-  const torch::Tensor used = weight_in(w, x.scalar_type());
-  const bool save_copy = used.scalar_type() == w.scalar_type() || compute_copies_kept();
+  const torch::Tensor used = weight_in(copies_of(run), w, x.scalar_type());
+  const bool save_copy =
+      used.scalar_type() == w.scalar_type() || compute_copies_kept(copies_of(run));
   ctx->save_for_backward({x, w, save_copy ? used : torch::Tensor()});
-  return product_by_transposed(x, used);
+  save_object(ctx, "run", run);
+  return product_by_transposed(x, used, run);
 }
 
 torch::autograd::variable_list LinearProduct::backward(torch::autograd::AutogradContext* ctx,
@@ -116,12 +121,14 @@ torch::autograd::variable_list LinearProduct::backward(torch::autograd::Autograd
   const torch::Tensor& dy = grads[0];
   torch::Tensor dx, dw;
   // A copy not kept is cast again (w is unchanged since forward: autograd checks its version).
+  RunContext* run = saved_object<RunContext*>(ctx, "run");
   if (ctx->needs_input_grad(0))
-    dx = product_by(dy, saved[2].defined() ? saved[2] : weight_in(w, x.scalar_type()));
+    dx = product_by(
+        dy, saved[2].defined() ? saved[2] : weight_in(copies_of(run), w, x.scalar_type()), run);
   parallel::drive_background_progress();  // between the two products
   if (ctx->needs_input_grad(1)) {
     const torch::Tensor dy_t = dy.reshape({-1, dy.size(-1)}).t(), x2d = x.reshape({-1, x.size(-1)});
-    dw = take_grad_destination(w);  // memory where the gradient is wanted, if offered
+    dw = take_grad_destination(gradients_of(run), w);  // where the gradient is wanted, if offered
     if (dw.defined())
       product_into(dw, dy_t, x2d);
     else

@@ -14,26 +14,35 @@
 #pragma once
 #include <torch/torch.h>
 
+#include "layers/run_context.h"
+
 namespace retort::layers {
 
+// Each product asks the dispatch under the run's kernel mode whether the tile loops take it, and
+// takes a wider weight's compute copy from the run (layers/run_context.h; null: no run, the
+// environment's mode, a cast at each use).
 // x [..., in] times W^T, W [out, in] -> [..., out].
-torch::Tensor product_by_transposed(const torch::Tensor& x, const torch::Tensor& w);
+torch::Tensor product_by_transposed(const torch::Tensor& x, const torch::Tensor& w,
+                                    RunContext* run = nullptr);
 
 // dy [..., out] times W, W [out, in] -> [..., in].
-torch::Tensor product_by(const torch::Tensor& dy, const torch::Tensor& w);
+torch::Tensor product_by(const torch::Tensor& dy, const torch::Tensor& w,
+                         RunContext* run = nullptr);
 
 // out = dy W for 2-D dy, written into `out` [rows, in] (a contiguous row range is fine): the
 // LM head's input gradient, chunk of tokens by chunk.
-void product_by_out(torch::Tensor& out, const torch::Tensor& dy, const torch::Tensor& w);
+void product_by_out(torch::Tensor& out, const torch::Tensor& dy, const torch::Tensor& w,
+                    RunContext* run = nullptr);
 
 // out = a b, formed in a and b's type and stored in out's (a float32 gradient of a bf16 product).
 void product_into(torch::Tensor& out, const torch::Tensor& a, const torch::Tensor& b);
 
 // y = x W^T as an autograd function: backward forms dx by product_by and, when the weight
-// needs a gradient, dW = dy^T x by the BLAS. Saves x and W (no copies).
+// needs a gradient, dW = dy^T x by the BLAS, in memory the run offered for it where it did.
+// Saves x and W (no copies). Its products belong to `run` (may be null), forward and backward.
 struct LinearProduct : torch::autograd::Function<LinearProduct> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
-                               const torch::Tensor& w);
+                               const torch::Tensor& w, RunContext* run);
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads);
 };

@@ -21,7 +21,7 @@ torch::Tensor SwiGluMlp::forward(const torch::Tensor& x, const RecomputePolicy& 
                                  const KernelPolicy& kernels) const {
   // One product by [W_gate; W_up]; the SwiGLU on its packed output, by our loop when fused.
   // Selective checkpointing keeps the product's output (gate and up) and recomputes the SwiGLU.
-  const std::vector<torch::Tensor> kept{packed_column_forward({&*gate_, &*up_}, x)};
+  const std::vector<torch::Tensor> kept{packed_column_forward({&*gate_, &*up_}, x, kernels.run)};
   RecomputeFn product;
   if (fused_block_parts(kernels, x)) {
     product = [](const std::vector<torch::Tensor>& in) {
@@ -34,8 +34,9 @@ torch::Tensor SwiGluMlp::forward(const torch::Tensor& x, const RecomputePolicy& 
                                         in[0].narrow(-1, width, width)};
     };
   }
-  if (!recompute.active(Checkpointing::selective)) return down_->forward(product(kept)[0]);
-  return down_->forward(run_recomputed(product, kept, recompute.offloader)[0]);
+  if (!recompute.active(Checkpointing::selective))
+    return down_->forward(product(kept)[0], kernels.run);
+  return down_->forward(run_recomputed(product, kept, recompute.offloader)[0], kernels.run);
 }
 
 }  // namespace retort::layers

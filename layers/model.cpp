@@ -21,7 +21,8 @@ ParamSpec vocab_matrix_spec(const std::string& name, const ModelConfig& config, 
 
 LlamaModel::LlamaModel(const ModelConfig& config, ParameterStore& store, TensorParallel tp,
                        ModelStage stage)
-    : config_(config), tp_(tp), stage_(stage) {
+    : config_(config), tp_(tp), stage_(stage), own_run_(std::make_unique<RunContext>()) {
+  kernels_.run = own_run_.get();
   if (stage_.end_layer < 0) stage_.end_layer = config.layers;
   TORCH_CHECK(0 <= stage_.first_layer && stage_.first_layer <= stage_.end_layer &&
                   stage_.end_layer <= config.layers,
@@ -38,6 +39,7 @@ LlamaModel::LlamaModel(const ModelConfig& config, ParameterStore& store, TensorP
   if (config.tied_embeddings && stage_.embedding) {
     lm_head_ = embed_;
     tied_head_sink_ = std::make_unique<TiedHeadGradientSink>(lm_head_);
+    tied_head_sink_->set_gradient_offers(gradients_of(kernels_.run));
   } else if (config.tied_embeddings) {  // last pipeline stage: a copy of the first's
     ParamSpec copy = vocab_matrix_spec("embed.weight", config, padded);
     copy.tied_copy = true;
@@ -45,6 +47,12 @@ LlamaModel::LlamaModel(const ModelConfig& config, ParameterStore& store, TensorP
   } else {
     lm_head_ = store.create(vocab_matrix_spec("lm_head.weight", config, padded));
   }
+}
+
+void LlamaModel::set_kernels(const KernelPolicy& kernels) {
+  kernels_ = kernels;
+  if (!kernels_.run) kernels_.run = own_run_.get();
+  if (tied_head_sink_) tied_head_sink_->set_gradient_offers(gradients_of(kernels_.run));
 }
 
 torch::Tensor LlamaModel::embed(const torch::Tensor& tokens) const {
@@ -90,7 +98,7 @@ torch::Tensor LlamaModel::head_loss_sum(const torch::Tensor& hidden, const torch
     return vocab_parallel_cross_entropy(unmasked_logits(hidden), targets, config_.vocab_size, tp_)
         .sum();
   return fused_head_cross_entropy_sum(head_input(hidden), lm_head_, targets, config_.vocab_size,
-                                      tp_, head_chunk_tokens_, weight_grad_sink);
+                                      tp_, head_chunk_tokens_, weight_grad_sink, kernels_);
 }
 
 torch::Tensor LlamaModel::forward(const torch::Tensor& tokens, CaptureSink* sink) const {
@@ -115,6 +123,7 @@ torch::Tensor LlamaModel::forward_cached(const torch::Tensor& tokens, KvCache& c
   torch::Tensor x = embed(tokens);
   BlockContext context;
   context.kernels.attention_block_rows = 0;  // dense masks over the cached positions
+  context.kernels.run = kernels_.run;
   std::tie(context.rope_cos, context.rope_sin) = rope_tables(
       n, config_.head_dim(), config_.rope_theta, position, x.options().dtype(accumulation_type(x)));
   context.mask_full = attention_mask(n, position + n, position, 0, x.options());

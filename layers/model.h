@@ -21,6 +21,7 @@
 #include "layers/kv_cache.h"
 #include "layers/model_config.h"
 #include "layers/parameters.h"
+#include "layers/run_context.h"
 #include "layers/tensor_parallel.h"
 
 namespace retort::layers {
@@ -76,7 +77,9 @@ class LlamaModel {
   // What the blocks keep for backward (activation checkpointing and offloading).
   void set_recompute(const RecomputePolicy& policy) { recompute_ = policy; }
   const RecomputePolicy& recompute() const { return recompute_; }
-  void set_kernels(const KernelPolicy& kernels) { kernels_ = kernels; }
+  // The block's kernels and the run the layers belong to (layers/run_context.h): a model built
+  // alone owns its run; a policy naming a run (a trainer's) shares that one.
+  void set_kernels(const KernelPolicy& kernels);
   // Mixed precision. compute: the type the products run in (bfloat16, with the parameters
   // float32 main weights: layers/compute_copy.h). residual: the residual stream's (embedding
   // output, block inputs and outputs, what pipeline stages send): the compute type, or float32
@@ -108,6 +111,7 @@ class LlamaModel {
   TensorParallel tp_;
   ModelStage stage_;
   RecomputePolicy recompute_;
+  std::unique_ptr<RunContext> own_run_;  // the run until set_kernels names another
   KernelPolicy kernels_;
   int64_t head_chunk_tokens_ = 256;
   std::optional<torch::ScalarType> compute_type_, residual_type_;

@@ -1,6 +1,7 @@
 // layers/parallel_linear.cpp: see parallel_linear.h.
 #include "layers/parallel_linear.h"
 
+#include "common/saved_object.h"
 #include "layers/compute_copy.h"
 #include "layers/grad_destinations.h"
 #include "layers/linear_products.h"
@@ -59,8 +60,8 @@ torch::Tensor ColumnParallelLinear::local_bias() const {
   return rows_ > 0 ? bias_.narrow(0, row_offset_, rows_) : bias_;
 }
 
-torch::Tensor ColumnParallelLinear::forward(const torch::Tensor& x) const {
-  torch::Tensor y = LinearProduct::apply(x, local_weight());
+torch::Tensor ColumnParallelLinear::forward(const torch::Tensor& x, RunContext* run) const {
+  torch::Tensor y = LinearProduct::apply(x, local_weight(), run);
   if (bias_.defined()) y = y + in_type_of(local_bias(), y);
   return y;
 }
@@ -75,15 +76,17 @@ using torch::autograd::variable_list;
 // adjacent, else a copy small next to the products), so no copy lives from forward to
 // backward.
 struct PackedProduct : torch::autograd::Function<PackedProduct> {
-  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, at::TensorList weights) {
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, at::TensorList weights,
+                               RunContext* run) {
     // The stack as the product used it: a view of adjacent weights, a copy of scattered ones,
     // or under mixed precision their compute copy (layers/compute_copy.h), saved when kept.
-    const torch::Tensor used = stacked_weights_in(weights, x.scalar_type());
+    const torch::Tensor used = stacked_weights_in(copies_of(run), weights, x.scalar_type());
     const bool copied = used.scalar_type() != weights[0].scalar_type();
-    variable_list saved{x, copied && compute_copies_kept() ? used : torch::Tensor()};
+    variable_list saved{x, copied && compute_copies_kept(copies_of(run)) ? used : torch::Tensor()};
     saved.insert(saved.end(), weights.begin(), weights.end());
     ctx->save_for_backward(saved);
-    return product_by_transposed(x, used);
+    save_object(ctx, "run", run);
+    return product_by_transposed(x, used, run);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -91,19 +94,25 @@ struct PackedProduct : torch::autograd::Function<PackedProduct> {
     const torch::Tensor& x = saved[0];
     const std::vector<torch::Tensor> weights(saved.begin() + 2, saved.end());
     const torch::Tensor dy = grads[0];
+    RunContext* run = saved_object<RunContext*>(ctx, "run");
     torch::Tensor dx = product_by(
-        dy, saved[1].defined() ? saved[1] : stacked_weights_in(weights, x.scalar_type()));
+        dy,
+        saved[1].defined() ? saved[1]
+                           : stacked_weights_in(copies_of(run), weights, x.scalar_type()),
+        run);
     parallel::drive_background_progress();  // between the two products
     const int64_t in = x.size(-1), out = dy.size(-1);
     const torch::Tensor dy_t = dy.reshape({-1, out}).t(), x2d = x.reshape({-1, in});
     variable_list result{dx};
     // Memory offered for every weight's gradient, one block in stacking order: one product
     // fills it, and each weight's part is returned as its own tensor (adopted as .grad()).
-    std::vector<torch::Tensor> destinations = take_stacked_grad_destinations(weights);
+    std::vector<torch::Tensor> destinations =
+        take_stacked_grad_destinations(gradients_of(run), weights);
     if (!destinations.empty()) {
       torch::Tensor stacked = destinations[0].as_strided({out, in}, {in, 1});
       product_into(stacked, dy_t, x2d);
       result.insert(result.end(), destinations.begin(), destinations.end());
+      result.push_back(torch::Tensor());  // mode
       return result;
     }
     torch::Tensor dw = matmul_widening(dy_t, x2d);  // autograd casts each part to its weight's type
@@ -112,6 +121,7 @@ struct PackedProduct : torch::autograd::Function<PackedProduct> {
       result.push_back(dw.narrow(0, row, w.size(0)));
       row += w.size(0);
     }
+    result.push_back(torch::Tensor());  // mode
     return result;
   }
 };
@@ -157,13 +167,13 @@ void place_adjacent(const std::vector<const ColumnParallelLinear*>& parts) {
 }
 
 torch::Tensor packed_column_forward(const std::vector<const ColumnParallelLinear*>& parts,
-                                    const torch::Tensor& x) {
+                                    const torch::Tensor& x, RunContext* run) {
   std::vector<torch::Tensor> weights, biases;
   for (const ColumnParallelLinear* part : parts) {
     weights.push_back(part->local_weight());
     if (part->local_bias().defined()) biases.push_back(part->local_bias());
   }
-  torch::Tensor y = PackedProduct::apply(x, at::TensorList(weights));
+  torch::Tensor y = PackedProduct::apply(x, at::TensorList(weights), run);
   if (biases.empty()) return y;
   TORCH_CHECK(biases.size() == parts.size(), "packed_column_forward: bias on some parts only");
   return y + in_type_of(torch::cat(biases), y);
@@ -182,8 +192,8 @@ RowParallelLinear::RowParallelLinear(const LinearSpec& spec, ParameterStore& sto
   }
 }
 
-torch::Tensor RowParallelLinear::forward(const torch::Tensor& x) const {
-  torch::Tensor y = tp_.exit_row(LinearProduct::apply(x, weight_));
+torch::Tensor RowParallelLinear::forward(const torch::Tensor& x, RunContext* run) const {
+  torch::Tensor y = tp_.exit_row(LinearProduct::apply(x, weight_, run));
   return bias_.defined() ? y + in_type_of(bias_, y) : y;
 }
 

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "layers/parameters.h"
+#include "layers/run_context.h"
 #include "layers/tensor_parallel.h"
 
 namespace retort::layers {
@@ -29,7 +30,8 @@ class ColumnParallelLinear {
   // Keeps the whole weight and uses rows [row_offset, row_offset + rows) on this rank.
   ColumnParallelLinear(const LinearSpec& spec, ParameterStore& store, int64_t row_offset,
                        int64_t rows);
-  torch::Tensor forward(const torch::Tensor& x) const;  // [..., in] -> [..., out_local]
+  // [..., in] -> [..., out_local]; the product is `run`'s (layers/run_context.h; null: none).
+  torch::Tensor forward(const torch::Tensor& x, RunContext* run = nullptr) const;
   // The rows of weight and bias this rank multiplies by (bias undefined without one).
   torch::Tensor local_weight() const;
   torch::Tensor local_bias() const;
@@ -52,7 +54,7 @@ class ColumnParallelLinear {
 // place; otherwise they are stacked into a temporary copy in forward and again in backward,
 // so no stacked copy is kept between them.
 torch::Tensor packed_column_forward(const std::vector<const ColumnParallelLinear*>& parts,
-                                    const torch::Tensor& x);
+                                    const torch::Tensor& x, RunContext* run = nullptr);
 
 // Moves the weights of `parts` into one buffer, in this order, so packed_column_forward
 // multiplies by them without stacking a copy each step (biases, small, are still stacked). Names,
@@ -68,7 +70,8 @@ torch::Tensor stacked_rows(at::TensorList matrices);
 class RowParallelLinear {
  public:
   RowParallelLinear(const LinearSpec& spec, ParameterStore& store, const TensorParallel& tp);
-  torch::Tensor forward(const torch::Tensor& x) const;  // [..., in_local] -> [..., out] summed
+  // [..., in_local] -> [..., out] summed; the product is `run`'s.
+  torch::Tensor forward(const torch::Tensor& x, RunContext* run = nullptr) const;
 
  private:
   torch::Tensor weight_, bias_;

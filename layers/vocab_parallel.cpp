@@ -4,7 +4,6 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
-#include <atomic>
 #include <limits>
 #include <type_traits>
 
@@ -79,15 +78,24 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
   }
 };
 
-// The fused head's element-wise steps run as row loops (kernels/row_loops.h) alone on the
-// vocabulary where the dispatch routes x's device and dtype to them, else as torch ops
-// combined over the TP group.
-std::atomic<bool> head_row_loops_enabled{true};
+// How the fused head runs: its products as the run's (kernel mode, compute copies, gradient
+// memory; layers/run_context.h), and its element-wise
+// steps as row loops (kernels/row_loops.h) alone on the vocabulary where the policy allows and
+// the dispatch routes x's device and dtype to them, else as torch ops combined over the TP group.
+struct HeadRoute {
+  RunContext* run = nullptr;
+  bool loops = false;
+};
 
-bool row_loops_apply(const torch::Tensor& x, parallel::Communicator* group) {
-  if (!head_row_loops_enabled || group->size() != 1) return false;
+HeadRoute head_route(const KernelPolicy& policy, const torch::Tensor& x,
+                     parallel::Communicator* group) {
+  HeadRoute route;
+  route.run = policy.run;
   // The loops read the logits in the products' type (bf16 logits: float32 inside the loop).
-  return runs_our_loops(kernels::Operation::head_cross_entropy, torch::empty({0}, x.options()));
+  route.loops = policy.head_row_loops && group->size() == 1 &&
+                runs_our_loops(policy.mode(), kernels::Operation::head_cross_entropy,
+                               torch::empty({0}, x.options()));
+  return route;
 }
 
 // kernels::cross_entropy_rows over the rows of logits z [len, local] (float, double or
@@ -141,9 +149,9 @@ struct FusedHeadResult {
 
 FusedHeadResult fused_head_forward(const torch::Tensor& x2d, const torch::Tensor& weight,
                                    const torch::Tensor& t, int64_t vocab_start, int64_t vocab_size,
-                                   parallel::Communicator* group, int64_t chunk, bool want_x,
-                                   bool want_weight, bool want_stats = false,
-                                   HeadGradSink* sink = nullptr) {
+                                   parallel::Communicator* group, int64_t chunk,
+                                   const HeadRoute& route, bool want_x, bool want_weight,
+                                   bool want_stats = false, HeadGradSink* sink = nullptr) {
   const int64_t n = x2d.size(0), local = weight.size(0);
   torch::Tensor ids = torch::arange(vocab_start, vocab_start + local, t.options());
   torch::Tensor padded = ids >= vocab_size;
@@ -152,7 +160,8 @@ FusedHeadResult fused_head_forward(const torch::Tensor& x2d, const torch::Tensor
   const torch::TensorOptions softmax_options = x2d.options().dtype(accumulation_type(x2d));
   result.loss_sum = torch::zeros({}, softmax_options);
   if (want_x) result.grad_x = torch::empty_like(x2d);
-  if (want_weight) result.grad_weight = zeroed_whole_gradient(sink, weight);
+  if (want_weight)
+    result.grad_weight = zeroed_whole_gradient(sink, weight, gradients_of(route.run));
   if (want_stats) {
     result.max = torch::empty({n}, softmax_options);
     result.sum_exp = torch::empty({n}, softmax_options);
@@ -160,15 +169,15 @@ FusedHeadResult fused_head_forward(const torch::Tensor& x2d, const torch::Tensor
   // Alone on the vocabulary, the softmax and its gradient are one loop per row
   // (kernels::cross_entropy_rows); the streamed form's backward forms the same gradient again
   // with kernels::softmax_gradient_rows.
-  const bool loops = row_loops_apply(x2d, group);
+  const bool loops = route.loops;
   const int64_t real = std::clamp<int64_t>(vocab_size - vocab_start, 0, local);
   // Cast once for every chunk (a compute copy not kept would be cast again at each use).
-  const torch::Tensor used = weight_in(weight, x2d.scalar_type());
+  const torch::Tensor used = weight_in(copies_of(route.run), weight, x2d.scalar_type());
   for (int64_t start = 0; start < n; start += chunk) {
     const int64_t len = std::min(chunk, n - start);
     torch::Tensor xc = x2d.narrow(0, start, len), tc = t.narrow(0, start, len);
     // [len, local] in the products' type, reused in place below
-    torch::Tensor z = product_by_transposed(xc, used);
+    torch::Tensor z = product_by_transposed(xc, used, route.run);
     if (loops) {  // the loops read bf16 logits as they are: no float32 copy of the chunk
       const bool want_grad = want_x || want_weight;
       torch::Tensor keep = tc.ne(kIgnore).to(softmax_options.dtype()).contiguous();
@@ -186,7 +195,7 @@ FusedHeadResult fused_head_forward(const torch::Tensor& x2d, const torch::Tensor
       const torch::Tensor& dz = z;  // the gradient, in the products' type
       if (want_x) {                 // written in place: grad_x rows are contiguous
         torch::Tensor rows = result.grad_x.narrow(0, start, len);
-        product_by_out(rows, dz, used);
+        product_by_out(rows, dz, used, route.run);
       }
       if (want_weight) add_transposed_product(result.grad_weight, dz, xc);
       continue;
@@ -228,9 +237,10 @@ FusedHeadResult fused_head_forward(const torch::Tensor& x2d, const torch::Tensor
 struct FusedHeadCrossEntropy : torch::autograd::Function<FusedHeadCrossEntropy> {
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x2d, torch::Tensor weight,
                                torch::Tensor targets, int64_t vocab_start, int64_t vocab_size,
-                               parallel::Communicator* group, int64_t chunk, HeadGradSink* sink) {
+                               parallel::Communicator* group, int64_t chunk, HeadGradSink* sink,
+                               HeadRoute route) {
     FusedHeadResult result =
-        fused_head_forward(x2d, weight, targets, vocab_start, vocab_size, group, chunk,
+        fused_head_forward(x2d, weight, targets, vocab_start, vocab_size, group, chunk, route,
                            x2d.requires_grad(), weight.requires_grad(), false, sink);
     ctx->save_for_backward({result.grad_x, result.grad_weight});
     save_object(ctx, "sink", sink);
@@ -246,7 +256,7 @@ struct FusedHeadCrossEntropy : torch::autograd::Function<FusedHeadCrossEntropy> 
     torch::Tensor grad_weight = saved[1].defined() ? saved[1].mul_(g) : torch::Tensor();
     // Taken whole by a sink that does not stream (HeadGradSink::streams() false).
     grad_weight = deliver_whole_gradient(saved_object<HeadGradSink*>(ctx, "sink"), grad_weight);
-    return {grad_x,          grad_weight,     torch::Tensor(), torch::Tensor(),
+    return {grad_x,          grad_weight,     torch::Tensor(), torch::Tensor(), torch::Tensor(),
             torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
@@ -256,7 +266,7 @@ struct FusedHeadCrossEntropy : torch::autograd::Function<FusedHeadCrossEntropy> 
 struct HeadReplay {
   torch::Tensor x2d, targets, max, sum_exp;
   int64_t vocab_start = 0, vocab_size = 0, chunk = 0;
-  bool loops = false;
+  HeadRoute route;
 };
 
 // Adds d(loss sum)/d(weight) for rows [row, row + w.size(0)) of this rank's shard, for a unit
@@ -276,8 +286,8 @@ void add_head_gradient_rows(torch::Tensor grad, const torch::Tensor& w, int64_t 
     torch::Tensor kc = keep.narrow(0, start, len);
     // The forward's own product (same rows and inner dimension, so the same route): each
     // logit of the block is then bitwise the forward's, whatever the BLAS's kernels.
-    torch::Tensor z = product_by_transposed(xc, w);
-    if (r.loops) {  // as the forward's loop formed it, in the logits' own type
+    torch::Tensor z = product_by_transposed(xc, w, r.route.run);
+    if (r.route.loops) {  // as the forward's loop formed it, in the logits' own type
       torch::Tensor in_block = (tc >= first_id) & (tc < first_id + rows) & tc.ne(kIgnore);
       torch::Tensor index =
           torch::where(in_block, tc - first_id, torch::full_like(tc, -1)).contiguous();
@@ -302,11 +312,12 @@ void add_head_gradient_rows(torch::Tensor grad, const torch::Tensor& w, int64_t 
 // are not kept, each block of rows cast alone (no whole copy of the head in backward).
 class HeadRowsInType {
  public:
-  HeadRowsInType(const torch::Tensor& weight, torch::ScalarType type)
+  HeadRowsInType(const torch::Tensor& weight, torch::ScalarType type, ComputeCopies* copies)
       : weight_(weight),
         type_(type),
-        used_(compute_copies_kept() || weight.scalar_type() == type ? weight_in(weight, type)
-                                                                    : torch::Tensor()) {}
+        used_(compute_copies_kept(copies) || weight.scalar_type() == type
+                  ? weight_in(copies, weight, type)
+                  : torch::Tensor()) {}
   torch::Tensor operator()(int64_t row, int64_t rows) const {
     return used_.defined() ? used_.narrow(0, row, rows) : weight_.narrow(0, row, rows).to(type_);
   }
@@ -329,15 +340,18 @@ class HeadRowsInType {
 struct ReplayedHeadCrossEntropy : torch::autograd::Function<ReplayedHeadCrossEntropy> {
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x2d, torch::Tensor weight,
                                torch::Tensor targets, int64_t vocab_start, int64_t vocab_size,
-                               parallel::Communicator* group, int64_t chunk, HeadGradSink* sink) {
-    FusedHeadResult result = fused_head_forward(x2d, weight, targets, vocab_start, vocab_size,
-                                                group, chunk, x2d.requires_grad(), false, true);
+                               parallel::Communicator* group, int64_t chunk, HeadGradSink* sink,
+                               HeadRoute route) {
+    FusedHeadResult result =
+        fused_head_forward(x2d, weight, targets, vocab_start, vocab_size, group, chunk, route,
+                           x2d.requires_grad(), false, true);
     ctx->save_for_backward({x2d, weight, targets, result.max, result.sum_exp, result.grad_x});
     ctx->saved_data["vocab_start"] = vocab_start;
     ctx->saved_data["vocab_size"] = vocab_size;
     ctx->saved_data["chunk"] = chunk;
     save_object(ctx, "sink", sink);
-    ctx->saved_data["loops"] = row_loops_apply(x2d, group);
+    save_object(ctx, "run", route.run);
+    ctx->saved_data["loops"] = route.loops;
     return result.loss_sum;
   }
 
@@ -351,7 +365,8 @@ struct ReplayedHeadCrossEntropy : torch::autograd::Function<ReplayedHeadCrossEnt
     replay.vocab_start = ctx->saved_data["vocab_start"].toInt();
     replay.vocab_size = ctx->saved_data["vocab_size"].toInt();
     replay.chunk = ctx->saved_data["chunk"].toInt();
-    replay.loops = ctx->saved_data["loops"].toBool();
+    replay.route.run = saved_object<RunContext*>(ctx, "run");
+    replay.route.loops = ctx->saved_data["loops"].toBool();
     const torch::Tensor weight = saved[1], g = grad_outputs[0];
     HeadGradSink* sink = saved_object<HeadGradSink*>(ctx, "sink");
     if (sink->defers())
@@ -359,7 +374,7 @@ struct ReplayedHeadCrossEntropy : torch::autograd::Function<ReplayedHeadCrossEnt
     else
       stream(replay, weight, g, sink);
     torch::Tensor grad_x = saved[5].defined() ? saved[5].mul_(g) : torch::Tensor();
-    return {grad_x,          torch::Tensor(), torch::Tensor(), torch::Tensor(),
+    return {grad_x,          torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(),
             torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 
@@ -369,7 +384,7 @@ struct ReplayedHeadCrossEntropy : torch::autograd::Function<ReplayedHeadCrossEnt
     const int64_t local = weight.size(0);
     const int64_t block = std::max<int64_t>(1, sink->block_rows(local));
     // Each block's rows as the forward multiplied by them, taken before the sink steps them.
-    const HeadRowsInType rows_in(weight, replay.x2d.scalar_type());
+    const HeadRowsInType rows_in(weight, replay.x2d.scalar_type(), copies_of(replay.route.run));
     for (int64_t row = 0; row < local; row += block) {
       const int64_t rows = std::min(block, local - row);
       torch::Tensor grad =
@@ -382,8 +397,8 @@ struct ReplayedHeadCrossEntropy : torch::autograd::Function<ReplayedHeadCrossEnt
   static torch::Tensor deferred(const HeadReplay& replay, const torch::Tensor& weight,
                                 const torch::Tensor& g, HeadGradSink* sink) {
     torch::NoGradGuard no_grad;
-    torch::Tensor whole = zeroed_whole_gradient(sink, weight);
-    const HeadRowsInType rows_in(weight, replay.x2d.scalar_type());
+    torch::Tensor whole = zeroed_whole_gradient(sink, weight, gradients_of(replay.route.run));
+    const HeadRowsInType rows_in(weight, replay.x2d.scalar_type(), copies_of(replay.route.run));
     // Rows per block: a block's logits for one chunk of tokens stay near 2^20 elements.
     const int64_t local = weight.size(0);
     const int64_t block = std::max<int64_t>(256, (int64_t(1) << 20) / replay.chunk);
@@ -427,29 +442,27 @@ struct SparseRowLookup : torch::autograd::Function<SparseRowLookup> {
 
 }  // namespace
 
-void set_head_row_loops_enabled(bool enabled) {
-  head_row_loops_enabled = enabled;
-}
-
 torch::Tensor fused_head_cross_entropy_sum(const torch::Tensor& x, const torch::Tensor& weight,
                                            const torch::Tensor& targets, int64_t vocab_size,
                                            const TensorParallel& tp, int64_t chunk_tokens,
-                                           HeadGradSink* weight_grad_sink) {
+                                           HeadGradSink* weight_grad_sink,
+                                           const KernelPolicy& kernels) {
   TORCH_CHECK(chunk_tokens > 0, "fused head: chunk_tokens must be positive");
   const int64_t start = tp.rank() * weight.size(0);
   torch::Tensor x2d = x.reshape({-1, x.size(-1)});
   torch::Tensor t = targets.reshape({-1});
+  const HeadRoute route = head_route(kernels, x2d, tp.group);
   if (!torch::GradMode::is_enabled())
-    return fused_head_forward(x2d, weight, t, start, vocab_size, tp.group, chunk_tokens, false,
-                              false)
+    return fused_head_forward(x2d, weight, t, start, vocab_size, tp.group, chunk_tokens, route,
+                              false, false)
         .loss_sum;
   // Formed in backward for a sink that streams it or defers it.
   if (weight_grad_sink && weight.requires_grad() &&
       (weight_grad_sink->streams() || weight_grad_sink->defers()))
     return ReplayedHeadCrossEntropy::apply(x2d, weight, t, start, vocab_size, tp.group,
-                                           chunk_tokens, weight_grad_sink);
+                                           chunk_tokens, weight_grad_sink, route);
   return FusedHeadCrossEntropy::apply(x2d, weight, t, start, vocab_size, tp.group, chunk_tokens,
-                                      weight.requires_grad() ? weight_grad_sink : nullptr);
+                                      weight.requires_grad() ? weight_grad_sink : nullptr, route);
 }
 
 torch::Tensor vocab_parallel_embedding(const torch::Tensor& tokens, const torch::Tensor& weight,

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "layers/head_grad_sink.h"
+#include "layers/kernel_policy.h"
 #include "layers/tensor_parallel.h"
 
 namespace retort::layers {
@@ -42,15 +43,13 @@ torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits,
 // again block of rows by block (one more head matmul) and hands each block to the sink, not to
 // autograd. With one that defers (TiedHeadGradientSink under memory.defer_head_gradient),
 // backward hands the sink what forms it the same way, later (at the tied lookup's backward).
+// `kernels`: the run's mode for its products, and whether its element-wise steps may run as row
+// loops (alone on the vocabulary, where the dispatch sends them there).
 torch::Tensor fused_head_cross_entropy_sum(const torch::Tensor& x, const torch::Tensor& weight,
                                            const torch::Tensor& targets, int64_t vocab_size,
                                            const TensorParallel& tp, int64_t chunk_tokens,
-                                           HeadGradSink* weight_grad_sink = nullptr);
-
-// Whether the fused head may run its element-wise steps as row loops (kernels/row_loops.h)
-// where they apply (one rank, CPU fp32/fp64); off, it runs them as torch ops, as under TP.
-// On by default; bench_head turns it off to measure the two against each other.
-void set_head_row_loops_enabled(bool enabled);
+                                           HeadGradSink* weight_grad_sink = nullptr,
+                                           const KernelPolicy& kernels = {});
 
 // Sets the logits of padded vocabulary rows to -inf (for consumers of raw logits).
 torch::Tensor mask_padded_logits(const torch::Tensor& logits, int64_t vocab_size,

@@ -478,7 +478,7 @@ std::string format_comparison_table(const std::vector<ComparisonRow>& rows,
   os << line;
   if (tol.gradient_in_rounding_units)
     os << "gradients: ||g - g_ref|| / ||g_ref - g_ref(float64)|| as a share of the tensor's bound "
-          "sqrt(3) exp(5 / sqrt(elements)) (docs/architecture.md, \"Mixed precision\")\n";
+          "sqrt(3) exp(5 / sqrt(elements)) (docs/numerics.md, \"Tolerances in bf16, derived\")\n";
   for (const ComparisonRow& r : rows) {
     for (size_t i = 0; i < r.failures.size() && i < max_failures; ++i)
       os << "FAIL " << r.layout << ": " << r.failures[i] << "\n";

@@ -44,8 +44,8 @@ struct ConsistencyTolerances {
 };
 // fp32 runs keep the tolerances above; float64 runs are held to 1e-10 and 1e-9. bfloat16 runs
 // get tolerances derived from bf16's unit round-off u = 2^-8 for a model of `layers` blocks and
-// `tokens` target tokens per step (docs/architecture.md, "Mixed precision"): layouts round at
-// different points, R = 10 layers + 3 roundings on the forward path, each a relative error
+// `tokens` target tokens per step (docs/numerics.md, "Tolerances in bf16, derived"): layouts round
+// at different points, R = 10 layers + 3 roundings on the forward path, each a relative error
 // uniform in [-u, u] (variance u^2 / 3), independent, passed on without gain by normalised
 // residual blocks; two runs then differ norm-wise by sigma = u sqrt(2 R / 3). Activations are
 // held to 4 sigma, gradients (twice the roundings: forward and backward) to 4 u sqrt(4 R / 3),

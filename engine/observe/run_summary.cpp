@@ -4,21 +4,22 @@
 #include <algorithm>
 #include <sstream>
 
+#include "engine/config/precision_policy.h"
 #include "engine/observe/metrics.h"
 
 namespace retort::engine {
 
 MemoryEstimate estimate_memory(const TrainConfig& c) {
   const layers::ModelConfig& m = c.model;
-  // Main weights, gradients and AdamW state in float64 or float32; under bf16 mixed precision
-  // the weights' bf16 copies come on top and the activations take 2 bytes.
-  const bool bf16 = c.dtype == DType::bfloat16;
-  const int64_t bytes = c.dtype == DType::float64 ? 8 : 4;
-  const int64_t activation_bytes = bf16 ? 2 : bytes;
+  // Main weights, gradients and AdamW state in the main type; under mixed precision the
+  // weights' compute copies come on top, and the activations take the compute type.
+  const PrecisionPolicy precision = precision_policy(c);
+  const int64_t bytes = bytes_of(precision.main);
+  const int64_t activation_bytes = bytes_of(precision.compute);
   const int64_t shards = c.layout.tensor * c.layout.pipeline;
   const int64_t params = m.parameter_count() / shards;
   MemoryEstimate e;
-  e.weights = params * (bytes + (bf16 ? 2 : 0));
+  e.weights = params * (bytes + (precision.mixed() ? activation_bytes : 0));
   e.gradients = params * bytes;
   e.optimizer = 2 * params * bytes;
   // Saved for backward per token and layer: the block's inputs and normed inputs, q, k, v
@@ -42,7 +43,8 @@ std::string run_summary(const TrainConfig& c) {
      << c.model.matmul_parameter_count() << " in matrix products)\n"
      << "FLOPs per token:   " << c.model.training_flops_per_token(c.data.seq_len)
      << " (training, forward + backward)\n"
-     << "micro-batches:     " << c.accumulation_steps() << " per step per rank\n";
+     << "micro-batches:     " << c.accumulation_steps() << " per step per rank\n"
+     << "number types:      " << precision_policy(c).describe() << "\n";
   if (c.layout.pipeline > 1) {
     os << "layers per stage: ";
     for (const parallel::LayerRange& r : c.stages)

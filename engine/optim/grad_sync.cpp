@@ -126,23 +126,23 @@ std::string GradientSync::describe_dp_sum() const {
 }
 
 void GradientSync::offer_gradient_memory() {
-  if (!shared_) return;
+  if (!shared_ || !options_.gradient_offers) return;
   for (size_t b = 0; b < buckets_.size(); ++b) {
     torch::Tensor region = shared_->region(int(b));
     int64_t offset = 0;
     for (size_t k : buckets_[b].params) {
       const torch::Tensor& value = store_.all()[k].value;
-      layers::offer_grad_destination(value,
-                                     region.narrow(0, offset, value.numel()).view(value.sizes()));
+      options_.gradient_offers->offer(value,
+                                      region.narrow(0, offset, value.numel()).view(value.sizes()));
       offset += value.numel();
     }
   }
 }
 
 void GradientSync::withdraw_gradient_memory() {
-  if (!shared_) return;
+  if (!shared_ || !options_.gradient_offers) return;
   for (const Bucket& bucket : buckets_)
-    for (size_t k : bucket.params) layers::withdraw_grad_destination(store_.all()[k].value);
+    for (size_t k : bucket.params) options_.gradient_offers->withdraw(store_.all()[k].value);
 }
 
 void GradientSync::arm() {

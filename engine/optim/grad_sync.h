@@ -31,6 +31,7 @@
 
 #include "engine/optim/grad_hooks.h"
 #include "engine/optim/zero_partition.h"
+#include "layers/grad_destinations.h"
 #include "layers/parameters.h"
 #include "layers/tensor_parallel.h"
 #include "parallel/mesh.h"
@@ -61,6 +62,10 @@ struct GradSyncOptions {
   // Parameters whose gradient reaches the optimizer another way (HeadRowStepper): no bucket;
   // their grad-ready event during the last backward, and finish(), call on_streamed_ready.
   std::vector<size_t> streamed;
+  // Where the shared-memory sum offers each bucket's memory for its parameters' gradients to
+  // be formed in (the run's, layers/run_context.h); null: nothing is offered, the gradients are
+  // copied in.
+  layers::GradDestinations* gradient_offers = nullptr;
 };
 
 class GradientSync {

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "common/user_error.h"
+#include "engine/config/precision_policy.h"
 #include "engine/observe/metrics.h"
 
 namespace retort::engine {
@@ -34,15 +35,15 @@ StageShape stage_of(const TrainConfig& c, int pp) {
 }
 
 int64_t main_bytes(const TrainConfig& c) {
-  return c.dtype == DType::float64 ? 8 : 4;
+  return bytes_of(precision_policy(c).main);
 }
 
 // Bytes of one activation element on the wire (TP collectives) and between stages.
 int64_t activation_bytes(const TrainConfig& c) {
-  return c.dtype == DType::bfloat16 ? 2 : main_bytes(c);
+  return bytes_of(precision_policy(c).tp_activation_sum);
 }
 int64_t pipeline_bytes(const TrainConfig& c) {
-  return c.dtype == DType::bfloat16 && !c.fp32_residual ? 2 : main_bytes(c);
+  return bytes_of(precision_policy(c).pipeline_message);
 }
 
 // The terms summed with the loss each step (distill::LossTerms::values after the loss).
@@ -102,7 +103,8 @@ std::map<std::string, int64_t> plan_communication(const TrainConfig& c, const Pl
   const int64_t tokens = c.training.micro_batch * c.data.seq_len;
   // Tensor-parallel sums of activations travel in their own type too (parallel/primitives.cpp).
   const int64_t act = tokens * c.model.hidden * activation_bytes(c);
-  const int64_t per_token = tokens * (c.dtype == DType::float64 ? 8 : 4);
+  // The cross-entropy's per-token reductions, in the accumulation type.
+  const int64_t per_token = tokens * bytes_of(precision_policy(c).accumulation);
   const StageShape stage = stage_of(c, rank.pp);
   const int64_t L = stage.layers;
   const bool sequence = c.layout.sequence_parallel && T > 1;
@@ -137,10 +139,10 @@ std::map<std::string, int64_t> plan_communication(const TrainConfig& c, const Pl
     if (params.tied_embedding > 0) add("embedding/all_reduce", params.tied_embedding * grad_bytes);
   }
   if (D > 1) {
-    const int64_t reduce_bytes = c.parallel.dp_reduce_dtype == ReduceDType::bfloat16 &&
-                                         !plan_dp_in_shared_memory(c, ranks_per_host)
-                                     ? 2
-                                     : grad_bytes;
+    // The shared-memory sum adds the main gradients where they lie, whatever the key says.
+    const int64_t reduce_bytes = plan_dp_in_shared_memory(c, ranks_per_host)
+                                     ? grad_bytes
+                                     : bytes_of(precision_policy(c).dp_gradient_sum);
     if (c.optimizer.zero_stage >= 1) {
       add("dp/reduce_scatter", params.trainable * reduce_bytes);
       add("dp/all_gather", params.trainable * main_bytes(c));
@@ -186,8 +188,9 @@ DeviceKind device_kind(const std::string& name) {
 PlanMemory plan_memory(const TrainConfig& c, const PlanRank& rank) {
   const layers::ModelConfig& m = c.model;
   const PlanParameters params = plan_parameters(c, rank);
-  const bool bf16 = c.dtype == DType::bfloat16;
-  const int64_t main = main_bytes(c);
+  const PrecisionPolicy precision = precision_policy(c);
+  const bool bf16 = precision.mixed();
+  const int64_t main = main_bytes(c), compute = bytes_of(precision.compute);
   PlanMemory mem;
   mem.main_weights = bf16 ? params.held * main : 0;
   mem.gradients = params.trainable * main;
@@ -207,7 +210,7 @@ PlanMemory plan_memory(const TrainConfig& c, const PlanRank& rank) {
   const int64_t residual = sequence ? h / T : h;
   const int64_t kv = m.kv_heads * m.head_dim() / std::min<int64_t>(T, m.kv_heads);
   const int64_t q = m.heads * m.head_dim() / T;
-  const int64_t element = bf16 ? 2 : main;
+  const int64_t element = compute;
   const int64_t block = (2 * residual + 2 * h + (q + 2 * kv) + q + m.heads / T + 3 * f) * element +
                         (sequence ? 2 * h * 4 : 0);  // bytes per token
   const int64_t in_flight = std::min<int64_t>(c.layout.pipeline - rank.pp, c.accumulation_steps());
@@ -223,14 +226,14 @@ PlanMemory plan_memory(const TrainConfig& c, const PlanRank& rank) {
   // bf16 copies cast at each use (memory.keep_compute_weights false) live only through their
   // product: the largest of them, the head's shard on the last stage, else a block's gate|up.
   const bool copies_kept = !bf16 || c.memory.keep_compute_weights;
-  mem.weights = copies_kept ? params.held * (bf16 ? 2 : main)
-                            : std::max(stage.last ? vocab_rows * h : 0, 2 * f * h) * 2;
+  mem.weights = copies_kept ? params.held * compute
+                            : std::max(stage.last ? vocab_rows * h : 0, 2 * f * h) * compute;
   const int64_t kept = full ? stage.layers * residual * element : stage.layers * block;
   int64_t logits_chunk = stage.last ? std::min(head_chunk, tokens) * vocab_rows * element : 0;
   // On a GPU a bf16 chunk's head weight gradient is one product with a float32 result, added
   // to the gradient: one float32 head shard beside the chunk's logits.
   if (stage.last && bf16 && c.runtime.device == Device::cuda && c.memory.head_chunk_tokens > 0)
-    logits_chunk += vocab_rows * h * 4;
+    logits_chunk += vocab_rows * h * bytes_of(precision.accumulation);
   const int64_t saved = in_flight * tokens * (kept + outside);
   const int64_t recomputed = full ? tokens * (block - residual * element) : 0;
   mem.activations = saved + recomputed + logits_chunk;
@@ -271,8 +274,8 @@ PlanMemory plan_memory(const TrainConfig& c, const PlanRank& rank) {
     teacher_config.model = t;
     teacher_config.stages.clear();
     const PlanParameters teacher = plan_parameters(teacher_config, {rank.tp, 0, rank.dp});
-    mem.teacher = teacher.held / std::max<int64_t>(1, c.layout.pipeline) * (bf16 ? 2 : main) +
-                  tokens * int64_t(c.distill.objective.pairs.size()) * t.hidden * (bf16 ? 2 : main);
+    mem.teacher = teacher.held / std::max<int64_t>(1, c.layout.pipeline) * compute +
+                  tokens * int64_t(c.distill.objective.pairs.size()) * t.hidden * compute;
   }
   return mem;
 }

@@ -46,6 +46,18 @@ torch::Tensor to_tensor(const std::vector<int64_t>& values, int64_t batch) {
   return torch::tensor(values, torch::kLong).view({batch, -1});
 }
 
+torch::ScalarType scalar_type_of(NumberType type) {
+  switch (type) {
+    case NumberType::float64:
+      return torch::kDouble;
+    case NumberType::bfloat16:
+      return torch::kBFloat16;
+    case NumberType::float32:
+      break;
+  }
+  return torch::kFloat;
+}
+
 parallel::TransportChoice transport_choice(GpuTransport key) {
   switch (key) {
     case GpuTransport::nccl:
@@ -89,9 +101,17 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
       console_(log, false),
       own_mesh_(std::move(own_mesh)),
       mesh_(mesh ? *mesh : *own_mesh_),
-      dtype_(config.dtype == DType::float64 ? torch::kDouble : torch::kFloat),
-      compute_dtype_(config.dtype == DType::bfloat16 ? torch::kBFloat16 : dtype_),
-      residual_dtype_(config.fp32_residual ? dtype_ : compute_dtype_) {
+      precision_(precision_policy(config)),
+      dtype_(scalar_type_of(precision_.main)),
+      compute_dtype_(scalar_type_of(precision_.compute)),
+      residual_dtype_(scalar_type_of(precision_.residual)),
+      run_(std::make_unique<layers::RunContext>()) {
+  // This run's kernel mode and compute copies, shared by its model, teacher and distiller and
+  // by nothing else in the process (layers/run_context.h).
+  run_->mode = kernels::kernel_mode_for(config.runtime.kernels == KernelChoice::aten
+                                            ? kernels::KernelMode::aten
+                                            : kernels::KernelMode::automatic);
+  run_->copies.set_kept(config.memory.keep_compute_weights);
   MemoryTracker& memory = MemoryTracker::install();  // before the first parameter
   parallel::set_collective_timeout(config_.runtime.collective_timeout_s);
   device_ = parallel::rank_device(config_.runtime.device == Device::cuda, mesh_.local_rank(),
@@ -101,9 +121,6 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
   report_transports(mesh_.choose_transports(transport_choice(config_.parallel.gpu_transport), gpu));
   if (config_.parallel.p2p_rules == P2pRules::nccl)
     mesh_.pp().set_point_to_point_rules(parallel::PointToPointRules::nccl);
-  kernels::set_kernel_mode(kernels::kernel_mode_for(config_.runtime.kernels == KernelChoice::aten
-                                                        ? kernels::KernelMode::aten
-                                                        : kernels::KernelMode::automatic));
   const parallel::Layout& layout = config_.layout;
   if (own_mesh_ && layout.tensor * layout.pipeline * layout.data != 1)
     throw UserError("layout " + parallel::describe(layout) + " needs MPI ranks");
@@ -131,6 +148,8 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
         [this](const std::string& name) { return config_.params.lr_scale(name); });
     model_ = std::make_unique<layers::LlamaModel>(config_.model, *store_, tp_, stage);
   }
+  model_->set_kernels(
+      {config_.memory.fused_kernels, config_.memory.attention_block_rows, true, run_.get()});
   initialise_student();
   check_parameter_patterns(config_.params, *store_, mesh_.pp(), log_);
   build_distiller();
@@ -140,7 +159,6 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
   model_->set_recompute({memory_config.activation_checkpointing, offloader_.get()});
   model_->set_head_chunk_tokens(memory_config.head_chunk_tokens);
   const bool head_defers = model_->set_defer_head_gradient(memory_config.defer_head_gradient);
-  model_->set_kernels({memory_config.fused_kernels, memory_config.attention_block_rows});
   model_->set_types(compute_dtype_, residual_dtype_);
   // Gradients are allocated inside backward as temporaries; once accumulated they count as
   // gradients (hooked before the gradient sync, which may free them).
@@ -151,13 +169,14 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
   sync.bucket_bytes = static_cast<int64_t>(config_.parallel.dp_bucket_mb * 1e6);
   // The shared-memory sum reads host memory: GPU gradients go through the group's transport.
   sync.shared_memory = config_.parallel.dp_shared_memory && device_.is_cpu();
-  if (config_.parallel.dp_reduce_dtype == ReduceDType::bfloat16)
-    sync.reduce_dtype = torch::kBFloat16;
+  if (precision_.dp_gradient_sum != precision_.main)
+    sync.reduce_dtype = scalar_type_of(precision_.dp_gradient_sum);
   sync.zero = config_.optimizer.zero_stage == 1;
   sync.tied_embeddings = config_.model.tied_embeddings;
   sync.complete_in_backward = config_.optimizer.in_backward;
   const int64_t streamed_head = streamed_head_index();
   if (streamed_head >= 0) sync.streamed.push_back(size_t(streamed_head));
+  sync.gradient_offers = &run_->gradients;
   sync_ = std::make_unique<GradientSync>(*store_, mesh_, tp_, sync);
   {
     MemoryScope state(MemoryCategory::optimizer_state);
@@ -165,9 +184,9 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
                                          [this](size_t i) { return sync_->owns(i); });
   }
   if (config_.optimizer.in_backward) sync_->set_on_final([this](size_t k) { step_in_backward(k); });
-  stage_step_ =
-      std::make_unique<StageStep>(StageModels{model_.get(), teacher_.get(), distiller_.get()}, tp_,
-                                  config_.data.seq_len, residual_dtype_);
+  stage_step_ = std::make_unique<StageStep>(
+      StageModels{model_.get(), teacher_.get(), distiller_.get()}, tp_, config_.data.seq_len,
+      scalar_type_of(precision_.pipeline_message));
   if (streamed_head >= 0) {
     HeadRowStepOptions options;
     options.index = size_t(streamed_head);
@@ -248,7 +267,8 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
     peak_gflops_ = config_.runtime.peak_gflops;
     peak_how_ = "runtime.peak_gflops";
   } else if (device_.is_cuda()) {
-    const DevicePeak peak = device_compute_peak(device_.index(), config_.dtype == DType::bfloat16);
+    const DevicePeak peak =
+        device_compute_peak(device_.index(), precision_.compute == NumberType::bfloat16);
     peak_gflops_ = peak.gflops;
     peak_how_ = peak.how;
   } else {
@@ -264,9 +284,7 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
 
 Trainer::~Trainer() {
   MemoryTracker::install().add_outside(MemoryCategory::gradients, -shared_gradient_bytes_);
-  // The 16-bit copies of this trainer's weights go with it: the process-wide cache would
-  // otherwise hold them until its next cast, inside whatever runs next.
-  layers::clear_compute_copies();
+  // The 16-bit copies of this trainer's weights go with its run context.
 }
 
 void Trainer::finish_resume(const std::string& path) {
@@ -369,6 +387,7 @@ void Trainer::build_distiller() {
                                                   tp_, teacher_stage, device_);
   }
   teacher_->set_residual_type(residual_dtype_);
+  teacher_->set_run(run_.get());
   if (hf_teacher)
     hf::load_hf_parameters(teacher_path, teacher_model, teacher_->parameters(), tp_);
   else if (!teacher_path.empty())
@@ -376,6 +395,7 @@ void Trainer::build_distiller() {
   MemoryScope projections(MemoryCategory::parameters);
   distiller_ = std::make_unique<distill::Distiller>(objective, *teacher_, config_.model, *store_,
                                                     tp_, stage());
+  distiller_->set_kernels(model_->kernels());
 }
 
 void Trainer::log_line(const std::string& line) {
@@ -478,7 +498,6 @@ StepResult Trainer::train_step() {
   StepResult result;
   result.step = progress_.step + 1;
   TraceSpan step_span([&] { return "retort step " + std::to_string(result.step); });
-  const layers::ComputeCopyScope copies(config_.memory.keep_compute_weights);
   double target_count = 0;
   const std::vector<MicroBatch> micro = read_micro_batches(target_count);
   clear_gradients();
@@ -563,7 +582,6 @@ StepResult Trainer::train_step() {
 
 double Trainer::evaluate() {
   if (!streams_.valid) return std::nan("");
-  const layers::ComputeCopyScope copies(config_.memory.keep_compute_weights);
   const TrainingConfig& training = config_.training;
   const int64_t samples = training.eval_batches * training.global_batch;
   // Micro-batches are dealt round-robin to DP ranks; sums and counts are then combined.

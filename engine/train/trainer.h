@@ -14,6 +14,7 @@
 
 #include "distill/distillation.h"
 #include "engine/checkpoint/checkpoint.h"
+#include "engine/config/precision_policy.h"
 #include "engine/config/train_config.h"
 #include "engine/data/data_setup.h"
 #include "engine/observe/console_log.h"
@@ -28,6 +29,7 @@
 #include "engine/train/step_inspector.h"
 #include "engine/train/step_result.h"
 #include "layers/model.h"
+#include "layers/run_context.h"
 #include "parallel/mesh.h"
 
 namespace retort::engine {
@@ -65,6 +67,8 @@ class Trainer {
   bool is_root() const { return mesh_.world_rank() == 0; }
   // This rank's pipeline stage: its layers, embedding and head.
   const layers::ModelStage& stage() const { return model_->stage(); }
+  // This run's kernel mode, compute copies and gradient memory (layers/run_context.h).
+  layers::RunContext& run_context() { return *run_; }
 
  private:
   Trainer(const TrainConfig& config, std::ostream* log, std::unique_ptr<parallel::Mesh> own_mesh,
@@ -105,10 +109,14 @@ class Trainer {
   std::unique_ptr<parallel::Mesh> own_mesh_;  // single process only
   parallel::Mesh& mesh_;
   layers::TensorParallel tp_;
+  PrecisionPolicy precision_;           // every number type of the run, from the config
   torch::ScalarType dtype_;             // the parameters' (main weights under bf16)
   torch::ScalarType compute_dtype_;     // the products'; the teacher's weights
   torch::ScalarType residual_dtype_;    // the residual stream's and pipeline messages'
   torch::Device device_ = torch::kCPU;  // runtime.device: the CPU or this rank's GPU
+  // Kernel mode, compute copies, gradient memory: this run's alone. Declared before every part
+  // that uses it, so it outlives them.
+  std::unique_ptr<layers::RunContext> run_;
   std::unique_ptr<layers::ParameterStore> store_;
   std::unique_ptr<layers::LlamaModel> model_;
   std::unique_ptr<AdamW> optimizer_;

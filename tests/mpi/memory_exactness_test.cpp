@@ -16,7 +16,7 @@
 // and the logits it needs again block of vocabulary rows by block, where the plain step forms
 // them for all rows at once. The products then have other shapes, and nothing but the BLAS's
 // kernel choice decides whether a product of fewer rows sums each element in the same order:
-// MKL's float64 kernels on an AMD Zen 4 CPU do not (docs/architecture.md, "Bitwise claims").
+// MKL's float64 kernels on an AMD Zen 4 CPU do not (docs/numerics.md, "Bitwise claims").
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 

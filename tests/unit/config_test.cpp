@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "common/user_error.h"
+#include "engine/config/precision_policy.h"
 #include "engine/config/train_config.h"
 #include "engine/observe/run_summary.h"
 
@@ -221,6 +222,47 @@ TEST(DryRun, BFloat16EstimateCountsTheCopiesAndHalvesTheActivations) {
   EXPECT_EQ(bf16.gradients, fp32.gradients);
   EXPECT_EQ(bf16.optimizer, fp32.optimizer);
   EXPECT_EQ(bf16.activations * 2, fp32.activations);
+}
+
+// The number types of a run, each rule written by hand here (precision_policy.h).
+TEST(Config, PrecisionPolicyFollowsTheTypeKeys) {
+  auto policy = [](std::vector<std::string> overrides) {
+    overrides.push_back("data.paths=[x]");
+    return precision_policy(make_train_config(Config::load("", overrides), 1));
+  };
+  using N = NumberType;
+  const PrecisionPolicy fp32 = policy({});
+  EXPECT_FALSE(fp32.mixed());
+  for (N type : {fp32.main, fp32.compute, fp32.residual, fp32.accumulation, fp32.tp_activation_sum,
+                 fp32.dp_gradient_sum, fp32.pipeline_message})
+    EXPECT_EQ(type, N::float32);
+  const PrecisionPolicy fp64 = policy({"model.dtype=float64"});
+  for (N type : {fp64.main, fp64.compute, fp64.residual, fp64.accumulation, fp64.tp_activation_sum,
+                 fp64.dp_gradient_sum, fp64.pipeline_message})
+    EXPECT_EQ(type, N::float64);
+  // Mixed precision: bf16 products, activations and their TP sums; float32 main weights,
+  // accumulation and gradient sums; the residual stream in bf16 unless fp32_residual.
+  const PrecisionPolicy bf16 = policy({"model.dtype=bfloat16"});
+  EXPECT_TRUE(bf16.mixed());
+  EXPECT_EQ(bf16.main, N::float32);
+  EXPECT_EQ(bf16.compute, N::bfloat16);
+  EXPECT_EQ(bf16.residual, N::bfloat16);
+  EXPECT_EQ(bf16.accumulation, N::float32);
+  EXPECT_EQ(bf16.tp_activation_sum, N::bfloat16);
+  EXPECT_EQ(bf16.dp_gradient_sum, N::float32);
+  EXPECT_EQ(bf16.pipeline_message, N::bfloat16);
+  const PrecisionPolicy wide_residual =
+      policy({"model.dtype=bfloat16", "model.fp32_residual=true"});
+  EXPECT_EQ(wide_residual.residual, N::float32);
+  EXPECT_EQ(wide_residual.pipeline_message, N::float32);
+  EXPECT_EQ(wide_residual.compute, N::bfloat16);
+  const PrecisionPolicy narrow_sums =
+      policy({"model.dtype=bfloat16", "parallel.dp_reduce_dtype=bfloat16"});
+  EXPECT_EQ(narrow_sums.dp_gradient_sum, N::bfloat16);
+  EXPECT_EQ(narrow_sums.main, N::float32);
+  EXPECT_EQ(bf16.describe(),
+            "main float32, compute bfloat16, residual bfloat16, accumulation float32; sums: TP "
+            "activations bfloat16, DP gradients float32, pipeline messages bfloat16");
 }
 
 TEST(Config, GpuRunsDefaultToLargeChunksOfTokens) {

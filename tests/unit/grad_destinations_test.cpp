@@ -33,13 +33,14 @@ TEST(GradDestinations, LinearProductFormsTheWeightGradientInTheOfferedMemory) {
   const torch::Tensor w = (torch::randn({48, 32}) * 0.1).requires_grad_(true);
   const torch::Tensor buffer = poisoned(8 + w.numel());
   // Offered as a temporary: autograd adopts a gradient only when nobody else holds it.
-  offer_grad_destination(w, buffer.narrow(0, 8, w.numel()).view(w.sizes()));
+  RunContext run;
+  run.gradients.offer(w, buffer.narrow(0, 8, w.numel()).view(w.sizes()));
   const void* offered = buffer.narrow(0, 8, 1).data_ptr();
   torch::Tensor reference = torch::zeros({48, 32}, torch::kDouble);
   for (int micro = 0; micro < 2; ++micro) {  // the second adds into the same memory
     const torch::Tensor x = torch::randn({3, 20, 32}).requires_grad_(true);
     const torch::Tensor dy = torch::randn({3, 20, 48});
-    LinearProduct::apply(x, w).backward(dy);
+    LinearProduct::apply(x, w, &run).backward(dy);
     reference += dy.to(torch::kDouble)
                      .reshape({-1, 48})
                      .t()
@@ -49,7 +50,7 @@ TEST(GradDestinations, LinearProductFormsTheWeightGradientInTheOfferedMemory) {
     EXPECT_TRUE(close64(w.grad(), reference)) << "micro-batch " << micro;
   }
   EXPECT_TRUE(torch::isnan(buffer.narrow(0, 0, 8)).all().item<bool>()) << "wrote outside";
-  EXPECT_FALSE(take_grad_destination(w).defined()) << "the offer was taken once";
+  EXPECT_FALSE(run.gradients.take(w).defined()) << "the offer was taken once";
 }
 
 // Three column layers packed as q|k|v are: their weights' places in an offered block, in
@@ -63,6 +64,7 @@ TEST(GradDestinations, PackedProductFillsOneBlockInStackingOrder) {
       c({"c", 16, 8}, store, tp);
   place_adjacent({&a, &b, &c});
   const std::vector<torch::Tensor> weights{a.weight(), b.weight(), c.weight()};
+  RunContext run;
   for (const bool in_order : {true, false}) {
     SCOPED_TRACE(in_order ? "offers in stacking order" : "offers out of order");
     for (const torch::Tensor& w : weights) w.mutable_grad().reset();
@@ -71,11 +73,11 @@ TEST(GradDestinations, PackedProductFillsOneBlockInStackingOrder) {
     const std::vector<int64_t> offsets = in_order ? std::vector<int64_t>{0, 24 * 16, 32 * 16}
                                                   : std::vector<int64_t>{8 * 16, 0, 32 * 16};
     for (size_t i = 0; i < weights.size(); ++i)
-      offer_grad_destination(
-          weights[i], block.narrow(0, offsets[i], weights[i].numel()).view(weights[i].sizes()));
+      run.gradients.offer(weights[i],
+                          block.narrow(0, offsets[i], weights[i].numel()).view(weights[i].sizes()));
     const torch::Tensor x = torch::randn({2, 5, 16}).requires_grad_(true);
     const torch::Tensor dy = torch::randn({2, 5, 40});
-    packed_column_forward({&a, &b, &c}, x).backward(dy);
+    packed_column_forward({&a, &b, &c}, x, &run).backward(dy);
     const torch::Tensor dw64 = dy.to(torch::kDouble)
                                    .reshape({10, 40})
                                    .t()
@@ -92,7 +94,7 @@ TEST(GradDestinations, PackedProductFillsOneBlockInStackingOrder) {
         EXPECT_NE(g.data_ptr(), offered) << "weight " << i;
     }
     EXPECT_EQ(in_order, bool(torch::isnan(block).sum().item<int64_t>() == 0));
-    for (const torch::Tensor& w : weights) withdraw_grad_destination(w);
+    for (const torch::Tensor& w : weights) run.gradients.withdraw(w);
   }
 }
 
@@ -102,10 +104,14 @@ TEST(GradDestinations, FusedHeadFormsItsWeightGradientInTheOfferedMemory) {
   const int64_t vocab = 50, padded = 56, hidden = 24, tokens = 30;
   const torch::Tensor w = (torch::randn({padded, hidden}) * 0.2).requires_grad_(true);
   const torch::Tensor memory = poisoned(w.numel());
-  offer_grad_destination(w, memory.view(w.sizes()));
+  RunContext run;
+  run.gradients.offer(w, memory.view(w.sizes()));
   const torch::Tensor x = torch::randn({tokens, hidden}).requires_grad_(true);
   const torch::Tensor targets = torch::randint(0, vocab, {tokens});
-  fused_head_cross_entropy_sum(x, w, targets, vocab, TensorParallel(), 8, nullptr).backward();
+  KernelPolicy kernels;
+  kernels.run = &run;
+  fused_head_cross_entropy_sum(x, w, targets, vocab, TensorParallel(), 8, nullptr, kernels)
+      .backward();
   ASSERT_TRUE(w.grad().defined());
   EXPECT_EQ(w.grad().data_ptr(), memory.data_ptr());
   // float64: d/dW of sum over tokens of cross-entropy on the real vocabulary rows.

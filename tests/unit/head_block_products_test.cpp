@@ -37,7 +37,8 @@ TEST(HeadBlockProducts, TileLoopsGiveABlockOfRowsBitwiseTheSameColumnsOfTheWhole
           torch::Tensor x = torch::randn({tokens, hidden});
           torch::Tensor w = torch::randn({vocab, hidden}) * 0.1;
           // Only where our loops take the product: the property is theirs.
-          if (!retort::layers::runs_our_loops(retort::kernels::Operation::linear_product, x, tokens,
+          if (!retort::layers::runs_our_loops(retort::layers::environment_kernel_mode(),
+                                              retort::kernels::Operation::linear_product, x, tokens,
                                               hidden))
             continue;
           torch::Tensor logits = retort::layers::product_by_transposed(x, w);

@@ -48,17 +48,17 @@ TEST(KernelIsa, FmaChainsCountTheWorkOfTheirIsa) {
 // the tensors; in automatic mode CPU float and double go to our loops (the products by the
 // size table), and other devices and element types to ATen.
 TEST(KernelDispatch, AtenModeSendsEveryOperationToAten) {
-  const KernelMode before = kernel_mode();
-  set_kernel_mode(KernelMode::aten);
   for (Operation op : {Operation::linear_product, Operation::attention, Operation::block_row_loops,
                        Operation::head_cross_entropy, Operation::logit_loss})
-    EXPECT_EQ(route(op, {DeviceKind::cpu, ElementType::f32, 128, 64}), Route::aten) << int(op);
-  set_kernel_mode(before);
+    EXPECT_EQ(route(op, {DeviceKind::cpu, ElementType::f32, 128, 64}, KernelMode::aten),
+              Route::aten)
+        << int(op);
 }
 
 TEST(KernelDispatch, AutomaticModeRoutesByDeviceDtypeAndShape) {
-  const KernelMode before = kernel_mode();
-  set_kernel_mode(KernelMode::automatic);
+  auto route = [](Operation op, const Work& work) {
+    return retort::kernels::route(op, work, KernelMode::automatic);
+  };
   for (Operation op :
        {Operation::block_row_loops, Operation::head_cross_entropy, Operation::logit_loss}) {
     EXPECT_EQ(route(op, {DeviceKind::cpu, ElementType::f32}), Route::ours) << int(op);
@@ -76,5 +76,4 @@ TEST(KernelDispatch, AutomaticModeRoutesByDeviceDtypeAndShape) {
             tiles ? Route::ours : Route::aten);
   EXPECT_EQ(route(Operation::linear_product, {DeviceKind::cpu, ElementType::f32, 1024, 512}),
             Route::aten);
-  set_kernel_mode(before);
 }

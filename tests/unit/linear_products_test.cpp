@@ -36,12 +36,12 @@ struct Shape {
 // of 64-256 rows with an inner dimension of at most 1536 take the tile loops (on AVX-512 CPUs,
 // in automatic mode), the rest the BLAS.
 TEST(LinearProducts, ShapesThisFileRoutesAreTheOnesTested) {
-  if (!kernels::tile_gemm_available() || kernels::kernel_mode() == kernels::KernelMode::aten)
+  if (!kernels::tile_gemm_available() || environment_kernel_mode() == kernels::KernelMode::aten)
     GTEST_SKIP() << "the tile loops do not run here";
   auto tile = [](int64_t rows, int64_t inner) {
     return kernels::route(kernels::Operation::linear_product,
-                          {kernels::DeviceKind::cpu, kernels::ElementType::f32, rows, inner}) ==
-           kernels::Route::ours;
+                          {kernels::DeviceKind::cpu, kernels::ElementType::f32, rows, inner},
+                          kernels::KernelMode::automatic) == kernels::Route::ours;
   };
   EXPECT_TRUE(tile(250, 64));      // 64-256 rows, inner at most 1536: tile loops
   EXPECT_TRUE(tile(256, 1536));    // the layers' down projection at 256 tokens
@@ -52,10 +52,12 @@ TEST(LinearProducts, ShapesThisFileRoutesAreTheOnesTested) {
   EXPECT_FALSE(tile(192, 32000));  // the LM head's input gradient: the BLAS
   // Doubles and another device never take them.
   EXPECT_EQ(kernels::route(kernels::Operation::linear_product,
-                           {kernels::DeviceKind::cpu, kernels::ElementType::f64, 128, 64}),
+                           {kernels::DeviceKind::cpu, kernels::ElementType::f64, 128, 64},
+                           kernels::KernelMode::automatic),
             kernels::Route::aten);
   EXPECT_EQ(kernels::route(kernels::Operation::linear_product,
-                           {kernels::DeviceKind::cuda, kernels::ElementType::f32, 128, 64}),
+                           {kernels::DeviceKind::cuda, kernels::ElementType::f32, 128, 64},
+                           kernels::KernelMode::automatic),
             kernels::Route::aten);
 }
 
@@ -110,7 +112,7 @@ TEST(LinearProducts, LinearProductGradientsMatchFloat64) {
     const torch::Tensor x = torch::randn({2, 75, 96}).requires_grad_(true);
     const torch::Tensor w = (torch::randn({80, 96}) * 0.1).requires_grad_(weight_trains);
     const torch::Tensor upstream = torch::randn({2, 75, 80});
-    const torch::Tensor y = LinearProduct::apply(x, w);
+    const torch::Tensor y = LinearProduct::apply(x, w, nullptr);
     (y * upstream).sum().backward();
 
     const torch::Tensor xd = x.detach().to(torch::kDouble), wd = w.detach().to(torch::kDouble),

@@ -218,10 +218,13 @@ TEST(MemoryAccounting, ComputeCopiesCastAtEachUseAreNotHeldAndChangeNoGradient) 
   int64_t copies_after_forward[2];
   int64_t large_weights = 0;  // the matrices, whose products run in bf16
   for (int keep = 1; keep >= 0; --keep) {
-    const layers::ComputeCopyScope mode(keep);
-    layers::clear_compute_copies();
+    layers::RunContext run;
+    run.copies.set_kept(keep);
     layers::ParameterStore store(7, torch::kFloat);
     layers::LlamaModel model(config, store);
+    layers::KernelPolicy kernels;
+    kernels.run = &run;
+    model.set_kernels(kernels);
     model.set_types(torch::kBFloat16, torch::kBFloat16);
     const int64_t before = tracker.current_split().of(MemoryCategory::compute_weights);
     const torch::Tensor loss = tied_head_loss(model, tokens, targets);
@@ -232,7 +235,6 @@ TEST(MemoryAccounting, ComputeCopiesCastAtEachUseAreNotHeldAndChangeNoGradient) 
       gradients[keep].push_back(p.value.grad());
       if (keep && p.value.dim() == 2) large_weights += p.value.numel() * 2;
     }
-    layers::clear_compute_copies();
   }
   EXPECT_GE(copies_after_forward[1], large_weights);  // kept: every matrix's copy
   EXPECT_EQ(copies_after_forward[0], 0);

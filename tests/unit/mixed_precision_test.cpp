@@ -31,16 +31,17 @@ TEST(MixedPrecision, ComputeCopyFollowsEveryChangeOfTheMainWeight) {
   ParameterStore store(5, torch::kFloat);
   ParamSpec spec{"w", {48, 32}, 0};
   const torch::Tensor w = store.create(spec);
-  const torch::Tensor first = weight_in(w, torch::kBFloat16);
+  ComputeCopies copies;  // a run's
+  const torch::Tensor first = copies.weight_in(w, torch::kBFloat16);
   EXPECT_TRUE(same_values(first, w.detach().to(torch::kBFloat16)));
   // Cast once: the second use gets the same copy.
-  EXPECT_EQ(weight_in(w, torch::kBFloat16).data_ptr(), first.data_ptr());
-  EXPECT_EQ(weight_in(w, torch::kFloat).data_ptr(), w.data_ptr());  // its own type: itself
+  EXPECT_EQ(copies.weight_in(w, torch::kBFloat16).data_ptr(), first.data_ptr());
+  EXPECT_EQ(copies.weight_in(w, torch::kFloat).data_ptr(), w.data_ptr());  // its own type: itself
   {
     torch::NoGradGuard no_grad;
     w.add_(1.0);
   }
-  const torch::Tensor after_write = weight_in(w, torch::kBFloat16);
+  const torch::Tensor after_write = copies.weight_in(w, torch::kBFloat16);
   EXPECT_TRUE(same_values(after_write, w.detach().to(torch::kBFloat16)));
   EXPECT_FALSE(torch::equal(after_write, first));  // the old copy is left as it was
   // ATen's fused AdamW writes without counting the write; the optimizer counts it.
@@ -48,19 +49,19 @@ TEST(MixedPrecision, ComputeCopyFollowsEveryChangeOfTheMainWeight) {
   engine::AdamW adamw(store, config);
   w.mutable_grad() = torch::randn_like(w);
   adamw.step(0.1);
-  const torch::Tensor after_step = weight_in(w, torch::kBFloat16);
+  const torch::Tensor after_step = copies.weight_in(w, torch::kBFloat16);
   EXPECT_TRUE(same_values(after_step, w.detach().to(torch::kBFloat16)));
   EXPECT_FALSE(torch::equal(after_step, after_write));
   // Stacked weights: one copy of the stack, cast again when any of them changes.
   ParamSpec spec2{"w2", {16, 32}, 0};
   const torch::Tensor w2 = store.create(spec2);
-  const torch::Tensor stack = stacked_weights_in({w, w2}, torch::kBFloat16);
+  const torch::Tensor stack = copies.stacked_weights_in({w, w2}, torch::kBFloat16);
   EXPECT_TRUE(same_values(stack, torch::cat({w, w2}).detach().to(torch::kBFloat16)));
   {
     torch::NoGradGuard no_grad;
     w2.mul_(-1.0);
   }
-  EXPECT_TRUE(same_values(stacked_weights_in({w, w2}, torch::kBFloat16),
+  EXPECT_TRUE(same_values(copies.stacked_weights_in({w, w2}, torch::kBFloat16),
                           torch::cat({w, w2}).detach().to(torch::kBFloat16)));
 }
 
@@ -71,7 +72,8 @@ TEST(MixedPrecision, ComputeCopyOfAChangedWeightIsNotHeldTwiceWhileCast) {
   ParameterStore store(6, torch::kFloat);
   const torch::Tensor w = store.create(ParamSpec{"head", {256, 64}, 0});
   const int64_t copy_bytes = 256 * 64 * 2;
-  weight_in(w, torch::kBFloat16);  // cached; no other holder
+  ComputeCopies copies;
+  copies.weight_in(w, torch::kBFloat16);  // cached; no other holder
   {
     torch::NoGradGuard no_grad;
     w.add_(1.0);
@@ -79,7 +81,7 @@ TEST(MixedPrecision, ComputeCopyOfAChangedWeightIsNotHeldTwiceWhileCast) {
   const int64_t before = tracker.current_split().of(MemoryCategory::compute_weights);
   ASSERT_GE(before, copy_bytes);  // the stale copy, still cached
   tracker.reset_peak();
-  const torch::Tensor fresh = weight_in(w, torch::kBFloat16);
+  const torch::Tensor fresh = copies.weight_in(w, torch::kBFloat16);
   EXPECT_TRUE(same_values(fresh, w.detach().to(torch::kBFloat16)));
   EXPECT_EQ(tracker.peak_split().of(MemoryCategory::compute_weights), before);
   EXPECT_EQ(tracker.current_split().of(MemoryCategory::compute_weights), before);
