@@ -24,6 +24,7 @@
 #include "engine/observe/memory_tracker.h"
 #include "engine/observe/metrics.h"
 #include "engine/observe/run_summary.h"
+#include "engine/train/head_gradient.h"
 #include "engine/train/keys_without_effect.h"
 #include "engine/train/parameter_patterns.h"
 #include "engine/train/run_folder.h"
@@ -158,7 +159,7 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
     offloader_ = std::make_unique<layers::ActivationOffloader>();
   model_->set_recompute({memory_config.activation_checkpointing, offloader_.get()});
   model_->set_head_chunk_tokens(memory_config.head_chunk_tokens);
-  const bool head_defers = model_->set_defer_head_gradient(memory_config.defer_head_gradient);
+  model_->set_defer_head_gradient(memory_config.defer_head_gradient);
   model_->set_types(compute_dtype_, residual_dtype_);
   // Gradients are allocated inside backward as temporaries; once accumulated they count as
   // gradients (hooked before the gradient sync, which may free them).
@@ -174,7 +175,14 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
   sync.zero = config_.optimizer.zero_stage == 1;
   sync.tied_embeddings = config_.model.tied_embeddings;
   sync.complete_in_backward = config_.optimizer.in_backward;
-  const int64_t streamed_head = streamed_head_index();
+  const int64_t head_index = head_weight_index();
+  HeadGradientFacts head_facts;
+  head_facts.embedding_here = model_->stage().embedding;
+  head_facts.head_here = model_->stage().head && head_index >= 0;
+  head_facts.dp_size = mesh_.dp().size();
+  head_facts.head_frozen = head_index >= 0 && store_->all()[size_t(head_index)].spec.frozen();
+  head_gradient_ = resolve_head_gradient(config_, head_facts);
+  const int64_t streamed_head = streams_to_stepper(head_gradient_) ? head_index : -1;
   if (streamed_head >= 0) sync.streamed.push_back(size_t(streamed_head));
   sync.gradient_offers = &run_->gradients;
   sync_ = std::make_unique<GradientSync>(*store_, mesh_, tp_, sync);
@@ -196,18 +204,22 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
     options.shared_memory = config_.parallel.dp_shared_memory && device_.is_cpu();
     options.reduce_in_blocks = config_.parallel.dp_head_blocks;
     // Stepping inside backward, or (reduce-only) only reducing it in blocks over DP.
-    AdamW* stepping = config_.optimizer.in_backward ? optimizer_.get() : nullptr;
+    AdamW* stepping =
+        head_gradient_ == HeadGradient::stepped_in_backward ? optimizer_.get() : nullptr;
     head_stepper_ = std::make_unique<HeadRowStepper>(*store_, stepping, mesh_.dp(), options);
     sync_->set_on_streamed_ready([this](size_t) { head_stepper_->complete(); });
     if (!stepping) sync_->set_on_progress([this] { head_stepper_->progress(); });
     stage_step_->set_head_grad_sink(head_stepper_.get());
   }
+  // The parameter the gradient faults act on, found once (every parameter exists by now).
+  for (size_t k = 0; k < store_->all().size(); ++k)
+    if (fault_parameter_ < 0 && store_->all()[k].spec.name == kFaultParameter)
+      fault_parameter_ = int64_t(k);
   RunFacts facts;
   facts.on_gpu = device_.is_cuda();
   facts.dp_size = mesh_.dp().size();
   facts.dp_sum_in_shared_memory = sync_->reduces_in_shared_memory();
-  facts.head_gradient_deferred =
-      head_defers && !head_stepper_ && !distiller_ && memory_config.head_chunk_tokens > 0;
+  facts.head_gradient_deferred = head_gradient_ == HeadGradient::tied_deferred;
   if (log_)
     for (const std::string& line : keys_without_effect(config_, facts))
       *log_ << "retort: " << line << "\n";
@@ -464,20 +476,11 @@ std::vector<MicroBatch> Trainer::read_micro_batches(double& target_count) {
   return micro;
 }
 
-int64_t Trainer::streamed_head_index() {
-  const layers::ModelStage& stage = model_->stage();
-  // The fused heads stream their weight's gradient; a tied copy on the last pipeline stage is
-  // final only after the first stage's sum, so it steps whole at finish(). Without
-  // optimizer-in-backward the weight goes to the stepper only to be reduced over DP while
-  // backward runs: when tied on this stage (else its sum would wait for the lookup at the end
-  // of backward), or with parallel.dp_head_blocks (in blocks); an untied head's bucket is
-  // otherwise final early anyway.
-  if (!stage.head || (config_.model.tied_embeddings && !stage.embedding)) return -1;
-  const bool reduce_apart = config_.model.tied_embeddings || config_.parallel.dp_head_blocks;
-  if (!config_.optimizer.in_backward && !(reduce_apart && mesh_.dp().size() > 1)) return -1;
+int64_t Trainer::head_weight_index() const {
+  if (!model_->stage().head) return -1;
   const std::vector<layers::Parameter>& all = store_->all();
   for (size_t k = 0; k < all.size(); ++k)
-    if (all[k].value.is_same(model_->head_weight())) return all[k].spec.frozen() ? -1 : int64_t(k);
+    if (all[k].value.is_same(model_->head_weight())) return int64_t(k);
   return -1;
 }
 
@@ -525,9 +528,12 @@ StepResult Trainer::train_step() {
   auto start = clock::now();
   TraceSpan sync_span([] { return "retort gradient sync"; });
   sync_->finish();
-  if (layers::Parameter* p = store_->find(kFaultParameter); p && p->value.grad().defined()) {
-    if (fault_injected(Fault::GradScaled)) p->value.mutable_grad().mul_(1 + 1e-3);
-    if (fault_injected(Fault::GradMissing)) p->value.mutable_grad().reset();
+  if (fault_parameter_ >= 0) {  // the consistency suite's self-test only
+    layers::Parameter& p = store_->all()[size_t(fault_parameter_)];
+    if (p.value.grad().defined() && fault_injected(Fault::GradScaled))
+      p.value.mutable_grad().mul_(1 + 1e-3);
+    if (p.value.grad().defined() && fault_injected(Fault::GradMissing))
+      p.value.mutable_grad().reset();
   }
   // The gradient norm's square, reduced on the gradients' device.
   auto grad_square = [&] {

@@ -25,6 +25,7 @@
 #include "engine/optim/grad_sync.h"
 #include "engine/optim/head_row_step.h"
 #include "engine/optim/lr_schedule.h"
+#include "engine/train/head_gradient.h"
 #include "engine/train/stage_step.h"
 #include "engine/train/step_inspector.h"
 #include "engine/train/step_result.h"
@@ -59,6 +60,8 @@ class Trainer {
   layers::ActivationOffloader* offloader() { return offloader_.get(); }
   // Optimizer-in-backward with the fused LM head: its block-by-block stepper, else null.
   const HeadRowStepper* head_stepper() const { return head_stepper_.get(); }
+  // How this stage's LM head weight gets its gradient (engine/train/head_gradient.h).
+  HeadGradient head_gradient() const { return head_gradient_; }
   const layers::TensorParallel& tensor_parallel() const { return tp_; }
   parallel::Mesh& mesh() { return mesh_; }
   void set_inspector(StepInspector* inspector) { inspector_ = inspector; }
@@ -85,10 +88,8 @@ class Trainer {
   // This step's micro-batches of this DP rank and the global number of target tokens.
   std::vector<MicroBatch> read_micro_batches(double& target_count);
   void clear_gradients();
-  // The store index of the LM head weight when its gradient is streamed block by block to a
-  // HeadRowStepper (stepped under optimizer-in-backward, or reduced over DP when tied),
-  // else -1.
-  int64_t streamed_head_index();
+  // The store index of this stage's LM head weight, else -1.
+  int64_t head_weight_index() const;
   // Optimizer-in-backward: steps parameter k (its gradient final) and frees its gradient.
   void step_in_backward(size_t k);
   // The loss and its parts summed over pipeline stages, then over DP ranks.
@@ -126,6 +127,7 @@ class Trainer {
   int64_t shared_gradient_bytes_ = 0;  // its shared-memory segments (memory accounting)
   std::unique_ptr<StageStep> stage_step_;
   std::unique_ptr<layers::ActivationOffloader> offloader_;
+  HeadGradient head_gradient_ = HeadGradient::none;      // how the head's gradient travels
   std::unique_ptr<HeadRowStepper> head_stepper_;         // in-backward step, or DP reduce (tied)
   std::unique_ptr<GradReadyHooks> gradient_accounting_;  // files gradients under their category
   double step_lr_ = 0;                       // the learning rate of the step in progress
@@ -134,6 +136,7 @@ class Trainer {
   LrSchedule schedule_;
   TrainingProgress progress_;
   StepInspector* inspector_ = nullptr;
+  int64_t fault_parameter_ = -1;   // store index of kFaultParameter (common/fault_injection.h)
   int64_t consecutive_skips_ = 0;  // steps skipped in a row (non-finite), reset by a good one
   int64_t skipped_steps_ = 0;      // skipped by this process since it started
   double flops_per_token_ = 0;

@@ -147,9 +147,9 @@ TEST(Trainer, ResumeEqualsUninterruptedRun) {
 TEST(Trainer, ResumeIsExactInBFloat16) {
   const std::vector<std::string> bf16 = {"model.dtype=bfloat16"};
   expect_resume_equals_uninterrupted("bf16", bf16, bf16, bf16);
-  const std::vector<std::string> in_backward = {"model.dtype=bfloat16", "optimizer.grad_clip=0",
-                                                "optimizer.in_backward=true",
-                                                "model.tied_embeddings=true"};
+  const std::vector<std::string> in_backward = {
+      "model.dtype=bfloat16", "optimizer.grad_clip=0", "optimizer.in_backward=true",
+      "optimizer.grad_clip=0", "model.tied_embeddings=true"};
   expect_resume_equals_uninterrupted("bf16_in_backward", in_backward, in_backward, in_backward);
 }
 
@@ -161,7 +161,8 @@ TEST(Trainer, ResumeIsExactInBFloat16) {
 // 8 x 2 x (2 x 64 u + 2 x 128 u) = 6.8e-13 < 1e-12.
 TEST(Trainer, ResumeWithOptimizerInBackward) {
   const std::vector<std::string> off = {"optimizer.grad_clip=0"};
-  const std::vector<std::string> on = {"optimizer.grad_clip=0", "optimizer.in_backward=true"};
+  const std::vector<std::string> on = {"optimizer.grad_clip=0", "optimizer.in_backward=true",
+                                       "optimizer.grad_clip=0"};
   expect_resume_equals_uninterrupted("in_backward", on, on, on);
   std::vector<std::string> off64 = off, on64 = on;
   off64.push_back("model.dtype=float64");
@@ -232,3 +233,53 @@ TEST(Trainer, DistillationTermsAreThePartsOfTheLoss) {
   EXPECT_NEAR(t.activations, pairs, 1e-6 * t.activations);
   EXPECT_NEAR(result.loss, 0.5 * t.lm + 1.0 * t.logits + 0.5 * t.activations, 1e-5 * result.loss);
 }
+
+namespace {
+
+// How the LM head's gradient travels, for each legal combination of its keys, written out by
+// hand (engine/train/head_gradient.h).
+TEST(HeadGradientModes, EachCombinationOfKeysResolvesToItsMode) {
+  auto mode = [](std::vector<std::string> keys, HeadGradientFacts facts = {}) {
+    keys.push_back("data.paths=[x]");
+    return resolve_head_gradient(make_train_config(Config::load("", keys), 1), facts);
+  };
+  HeadGradientFacts dp2;
+  dp2.dp_size = 2;
+  HeadGradientFacts last_stage;  // a pipeline's last stage: the head without the embedding
+  last_stage.embedding_here = false;
+  HeadGradientFacts no_head;
+  no_head.head_here = false;
+  HeadGradientFacts frozen;
+  frozen.head_frozen = true;
+  const std::string tied = "model.tied_embeddings=true", untied = "model.tied_embeddings=false";
+  EXPECT_EQ(mode({untied}), HeadGradient::autograd);
+  EXPECT_EQ(mode({untied}, dp2), HeadGradient::autograd);
+  EXPECT_EQ(mode({untied, "parallel.dp_head_blocks=true"}, dp2), HeadGradient::reduced_in_blocks);
+  EXPECT_EQ(mode({untied, "parallel.dp_head_blocks=true"}), HeadGradient::autograd);  // DP 1
+  EXPECT_EQ(mode({tied}), HeadGradient::tied_in_place);
+  EXPECT_EQ(mode({tied}, dp2), HeadGradient::reduced_in_blocks);
+  EXPECT_EQ(mode({tied, "memory.defer_head_gradient=true"}), HeadGradient::tied_deferred);
+  EXPECT_EQ(mode({tied, "memory.defer_head_gradient=true"}, dp2), HeadGradient::reduced_in_blocks);
+  // Deferral needs the LM loss's fused head: not the unfused head, not the logit losses.
+  EXPECT_EQ(mode({tied, "memory.defer_head_gradient=true", "memory.head_chunk_tokens=0"}),
+            HeadGradient::tied_in_place);
+  EXPECT_EQ(mode({tied, "memory.defer_head_gradient=true", "distill.logit_weight=1"}),
+            HeadGradient::tied_in_place);
+  EXPECT_EQ(mode({untied, "optimizer.in_backward=true", "optimizer.grad_clip=0"}),
+            HeadGradient::stepped_in_backward);
+  EXPECT_EQ(mode({tied, "optimizer.in_backward=true", "optimizer.grad_clip=0"}, dp2),
+            HeadGradient::stepped_in_backward);
+  // The last stage's copy of a tied weight waits for the first stage's sum.
+  EXPECT_EQ(mode({tied, "optimizer.in_backward=true", "optimizer.grad_clip=0"}, last_stage),
+            HeadGradient::autograd);
+  EXPECT_EQ(mode({untied, "optimizer.in_backward=true", "optimizer.grad_clip=0"}, last_stage),
+            HeadGradient::stepped_in_backward);
+  EXPECT_EQ(mode({untied}, no_head), HeadGradient::none);
+  EXPECT_EQ(mode({untied, "optimizer.in_backward=true", "optimizer.grad_clip=0"}, frozen),
+            HeadGradient::none);
+  EXPECT_TRUE(streams_to_stepper(HeadGradient::stepped_in_backward));
+  EXPECT_TRUE(streams_to_stepper(HeadGradient::reduced_in_blocks));
+  EXPECT_FALSE(streams_to_stepper(HeadGradient::tied_deferred));
+}
+
+}  // namespace
