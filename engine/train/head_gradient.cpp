@@ -25,22 +25,4 @@ bool streams_to_stepper(HeadGradient mode) {
   return mode == HeadGradient::stepped_in_backward || mode == HeadGradient::reduced_in_blocks;
 }
 
-std::string describe(HeadGradient mode) {
-  switch (mode) {
-    case HeadGradient::none:
-      return "none on this stage";
-    case HeadGradient::autograd:
-      return "through autograd and the DP buckets";
-    case HeadGradient::tied_in_place:
-      return "tied: the lookup's rows add into it in place";
-    case HeadGradient::tied_deferred:
-      return "tied, deferred to the lookup's backward (memory.defer_head_gradient)";
-    case HeadGradient::stepped_in_backward:
-      return "stepped in backward, block by block (optimizer.in_backward)";
-    case HeadGradient::reduced_in_blocks:
-      return "summed over DP block by block as backward forms it";
-  }
-  return "?";
-}
-
 }  // namespace retort::engine

@@ -2,10 +2,9 @@
 // pipeline stage, resolved once from optimizer.in_backward, parallel.dp_head_blocks,
 // memory.defer_head_gradient, memory.head_chunk_tokens and model.tied_embeddings with the stage,
 // the DP size and whether the run distills. The trainer builds its parts from the mode (the
-// HeadRowStepper, the streamed bucket, the tied sink's deferral) and names it at start-up.
+// HeadRowStepper, the streamed bucket, the keys-without-effect fact).
 // No torch here.
 #pragma once
-#include <string>
 
 #include "engine/config/train_config.h"
 
@@ -33,7 +32,5 @@ struct HeadGradientFacts {
 HeadGradient resolve_head_gradient(const TrainConfig& config, const HeadGradientFacts& facts);
 // The mode's weight goes to a HeadRowStepper (block by block, not through a DP bucket).
 bool streams_to_stepper(HeadGradient mode);
-// One line for the start-up log, e.g. "LM head gradient: stepped in backward, block by block".
-std::string describe(HeadGradient mode);
 
 }  // namespace retort::engine

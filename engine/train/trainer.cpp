@@ -178,7 +178,7 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
   const int64_t head_index = head_weight_index();
   HeadGradientFacts head_facts;
   head_facts.embedding_here = model_->stage().embedding;
-  head_facts.head_here = model_->stage().head && head_index >= 0;
+  head_facts.head_here = head_index >= 0;
   head_facts.dp_size = mesh_.dp().size();
   head_facts.head_frozen = head_index >= 0 && store_->all()[size_t(head_index)].spec.frozen();
   head_gradient_ = resolve_head_gradient(config_, head_facts);
