@@ -10,33 +10,26 @@
 
 namespace retort::parallel {
 
-MeshCoordinates coordinates_of(int rank, const Layout& layout) {
-  MeshCoordinates c;
-  c.tp = rank % layout.tensor;
-  c.dp = (rank / layout.tensor) % layout.data;
-  c.pp = rank / (layout.tensor * layout.data);
-  return c;
-}
-
 Mesh::Mesh(const Layout& layout, MPI_Comm world) : layout_(layout) {
   MPI_Comm_rank(world, &world_rank_);
   coordinates_ = coordinates_of(world_rank_, layout);
-  const MeshCoordinates& c = coordinates_;
-  auto split = [&](int color, int key, const std::string& name) {
+  auto split = [&](const std::vector<MeshAxis>& along, const std::string& name) {
+    const GroupPlace place = group_place(world_rank_, layout, along);
     MPI_Comm comm;
-    MPI_Comm_split(world, color, key, &comm);
+    MPI_Comm_split(world, place.color, place.key, &comm);
     return std::make_unique<Communicator>(comm, name);
   };
-  const int T = layout.tensor, D = layout.data;
-  tp_ = split(c.pp * D + c.dp, c.tp, "tp");
-  dp_ = split(c.pp * T + c.tp, c.dp, "dp");
-  pp_ = split(c.dp * T + c.tp, c.pp, "pp");
-  mp_ = split(c.dp, c.pp * T + c.tp, "model_parallel");
+  tp_ = split({MeshAxis::tensor}, "tp");
+  dp_ = split({MeshAxis::data}, "dp");
+  pp_ = split({MeshAxis::pipeline}, "pp");
+  mp_ = split({MeshAxis::pipeline, MeshAxis::tensor}, "model_parallel");
   // First and last stage of each pipeline: they hold the two copies of tied embeddings.
+  const MeshCoordinates& c = coordinates_;
   const int P = layout.pipeline;
   const bool holds_embedding = P > 1 && (c.pp == 0 || c.pp == P - 1);
+  const GroupPlace pipeline = group_place(world_rank_, layout, {MeshAxis::pipeline});
   MPI_Comm embedding;
-  MPI_Comm_split(world, holds_embedding ? c.dp * T + c.tp : MPI_UNDEFINED, c.pp, &embedding);
+  MPI_Comm_split(world, holds_embedding ? pipeline.color : MPI_UNDEFINED, c.pp, &embedding);
   if (holds_embedding) embedding_ = std::make_unique<Communicator>(embedding, "embedding");
   MPI_Comm dup;
   MPI_Comm_dup(world, &dup);
@@ -142,19 +135,16 @@ std::vector<std::string> Mesh::choose_transports(TransportChoice choice, int gpu
 
 namespace {
 
-// Every group of one kind: world ranks that share all coordinates but the one `along` names.
-std::vector<std::vector<int>> groups_along(const Layout& layout, int world, char along) {
+// Every group along one axis: world ranks that share all coordinates but that axis's.
+std::vector<std::vector<int>> groups_along(const Layout& layout, int world, MeshAxis along) {
   std::vector<std::vector<int>> groups;
-  std::vector<std::pair<int, int>> keys;  // the coordinates that stay fixed -> group index
+  std::vector<int> colors;  // the group of each color met so far
   for (int r = 0; r < world; ++r) {
-    const MeshCoordinates c = coordinates_of(r, layout);
-    const int key = along == 't'   ? c.pp * layout.data + c.dp
-                    : along == 'd' ? c.pp * layout.tensor + c.tp
-                                   : c.dp * layout.tensor + c.tp;
+    const int color = group_place(r, layout, {along}).color;
     size_t g = 0;
-    while (g < keys.size() && keys[g].first != key) ++g;
-    if (g == keys.size()) {
-      keys.push_back({key, int(g)});
+    while (g < colors.size() && colors[g] != color) ++g;
+    if (g == colors.size()) {
+      colors.push_back(color);
       groups.emplace_back();
     }
     groups[g].push_back(r);
@@ -200,7 +190,8 @@ std::vector<std::string> Mesh::describe_hosts(int per_kind) const {
     line += " " + host + " [" + ranks_text(on) + "]";
   }
   lines.push_back(line);
-  for (auto [along, name] : {std::pair{'t', "tp"}, {'p', "pp"}, {'d', "dp"}}) {
+  for (auto [along, name] :
+       {std::pair{MeshAxis::tensor, "tp"}, {MeshAxis::pipeline, "pp"}, {MeshAxis::data, "dp"}}) {
     const std::vector<std::vector<int>> groups = groups_along(layout_, world, along);
     if (groups.empty() || groups[0].size() < 2) continue;
     line = std::string(name) + " groups:";
@@ -217,7 +208,8 @@ std::vector<std::string> Mesh::describe_hosts(int per_kind) const {
 std::vector<std::string> Mesh::tp_groups_across_hosts() const {
   std::vector<std::string> warnings;
   if (layout_.tensor < 2) return warnings;
-  for (const std::vector<int>& group : groups_along(layout_, int(host_names_.size()), 't')) {
+  for (const std::vector<int>& group :
+       groups_along(layout_, int(host_names_.size()), MeshAxis::tensor)) {
     const std::vector<std::string> hosts = hosts_of(group, host_names_);
     if (hosts.size() > 1)
       warnings.push_back(std::string(layout_.sequence_parallel ? "STP" : "TP") + " group [" +

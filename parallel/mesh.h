@@ -1,9 +1,13 @@
-// parallel/mesh.h: the process mesh. World = DP x PP x TP ranks with TP fastest-varying and
-// PP slowest: rank = (pp * DP + dp) * TP + tp. Built once from MPI_COMM_WORLD with
-// MPI_Comm_split; hands out one Communicator per group (tp, pp, dp, model-parallel = tp x pp,
-// and under pipeline parallelism the embedding group: first and last stage of one pipeline).
-// The one parallel context every engine component takes whole; a single process gets a mesh
-// of size-one groups.
+// parallel/mesh.h: the process mesh. Its axes are named (MeshAxis: pipeline, data, tensor, in
+// that order, the last fastest-varying: rank = (pp * DP + dp) * TP + tp), and every group is
+// the set of ranks that differ only along some of them, made once from MPI_COMM_WORLD with
+// MPI_Comm_split (tp, pp, dp, model-parallel = pipeline x tensor, and under pipeline parallelism
+// the embedding group: first and last stage of one pipeline). What the engine asks of the mesh
+// is named by its job, not by an axis: which slice of the batch this rank reads (data_split)
+// and the group that sums gradients and shards the optimizer (gradient_reduction); today both
+// are the data axis, and a context or expert axis would change one without the other (as
+// torchtitan's ParallelDims derives them). The one parallel context every engine component
+// takes whole; a single process gets a mesh of size-one groups.
 #pragma once
 #include <memory>
 #include <string>
@@ -11,15 +15,9 @@
 
 #include "parallel/communicator.h"
 #include "parallel/layout.h"
+#include "parallel/mesh_axes.h"
 
 namespace retort::parallel {
-
-struct MeshCoordinates {
-  int tp = 0, pp = 0, dp = 0;
-};
-
-// Coordinates of a world rank in a resolved layout (pure arithmetic, no MPI).
-MeshCoordinates coordinates_of(int world_rank, const Layout& layout);
 
 class Mesh {
  public:
@@ -34,8 +32,13 @@ class Mesh {
   int world_rank() const { return world_rank_; }
   Communicator& tp() { return *tp_; }
   Communicator& pp() { return *pp_; }
-  Communicator& dp() { return *dp_; }
   Communicator& model_parallel() { return *mp_; }
+  // The slice of the batch this rank reads (the data axis).
+  DataSplit data_split() const { return {coordinates_.dp, layout_.data}; }
+  // The ranks holding the same parameters that together read one global batch: they sum
+  // gradients and the step's losses, keep replicas equal, and share ZeRO's optimizer state
+  // (the data axis).
+  Communicator& gradient_reduction() { return *dp_; }
   Communicator& world() { return *world_; }
   // The first and last stage of this rank's pipeline (same tp and dp coordinates), which
   // keep tied embeddings equal; null off those stages or without pipeline parallelism.
@@ -65,7 +68,7 @@ class Mesh {
   int world_rank_ = 0;
   MeshCoordinates coordinates_;
   std::vector<std::string> host_names_;  // per world rank, from choose_transports
-  std::unique_ptr<Communicator> tp_, pp_, dp_, mp_, world_, embedding_;
+  std::unique_ptr<Communicator> tp_, pp_, dp_, mp_, world_, embedding_;  // dp_: the data axis
 };
 
 }  // namespace retort::parallel

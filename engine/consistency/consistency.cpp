@@ -178,7 +178,7 @@ void run_consistency_layout(const Config& base, const ConsistencyLayout& layout,
   Trainer trainer(train_config, nullptr, mesh);
   record->transport =
       mesh.world().size() == 1 ? "one rank" : parallel::transport_name(mesh.world().transport());
-  if (mesh.dp().size() > 1) record->dp_sum = trainer.gradient_sync().describe_dp_sum();
+  if (mesh.gradient_reduction().size() > 1) record->dp_sum = trainer.gradient_sync().describe_dp_sum();
   const layers::TensorParallel& tp = trainer.tensor_parallel();
   const bool writer = mesh.world_rank() == 0;
   const bool tp_first = mesh.coordinates().tp == 0;

@@ -40,7 +40,7 @@ std::vector<std::string> replica_invariant_violations(const layers::ParameterSto
     if (p.spec.name == "embed.weight") embedding.push_back(&p);
   }
   std::vector<std::string> found = differing_replicas(tp_replicated, mesh.tp(), "TP replicas");
-  for (std::string& s : differing_replicas(all, mesh.dp(), "DP replicas")) found.push_back(s);
+  for (std::string& s : differing_replicas(all, mesh.gradient_reduction(), "DP replicas")) found.push_back(s);
   if (tied && mesh.embedding())
     for (std::string& s : differing_replicas(embedding, *mesh.embedding(), "tied embedding copies"))
       found.push_back(s);

@@ -46,8 +46,8 @@ void sum_partial_tp_grads(layers::ParameterStore& store, const layers::TensorPar
 GradientSync::GradientSync(layers::ParameterStore& store, parallel::Mesh& mesh,
                            const layers::TensorParallel& tp, const GradSyncOptions& options)
     : store_(store), mesh_(mesh), tp_(tp), options_(options), bucket_of_(store.all().size(), -1) {
-  if (options_.zero && mesh_.dp().size() > 1)
-    zero_ = std::make_unique<ZeroPartition>(store, mesh_.dp());
+  if (options_.zero && mesh_.gradient_reduction().size() > 1)
+    zero_ = std::make_unique<ZeroPartition>(store, mesh_.gradient_reduction());
   const bool tied_across_stages = options_.tied_embeddings && mesh_.embedding();
   Bucket current, tied;
   tied.deferred = true;
@@ -55,7 +55,7 @@ GradientSync::GradientSync(layers::ParameterStore& store, parallel::Mesh& mesh,
   // Stepping inside backward without DP: nothing to batch, so every parameter is its own
   // bucket and steps (and frees its gradient) the moment it is final.
   const int64_t bucket_bytes =
-      options_.complete_in_backward && mesh_.dp().size() == 1 ? 0 : options_.bucket_bytes;
+      options_.complete_in_backward && mesh_.gradient_reduction().size() == 1 ? 0 : options_.bucket_bytes;
   for (size_t k = store.all().size(); k-- > 0;) {
     const layers::Parameter& p = store.all()[k];
     if (p.spec.frozen() || std::count(options_.streamed.begin(), options_.streamed.end(), k))
@@ -89,11 +89,11 @@ GradientSync::GradientSync(layers::ParameterStore& store, parallel::Mesh& mesh,
     // Owner order, so the reduce-scatter hands each rank the contiguous part it owns.
     std::stable_sort(bucket.params.begin(), bucket.params.end(),
                      [&](size_t x, size_t y) { return zero_->owner(x) < zero_->owner(y); });
-    bucket.owner_counts.assign(mesh_.dp().size(), 0);
+    bucket.owner_counts.assign(mesh_.gradient_reduction().size(), 0);
     for (size_t k : bucket.params)
       bucket.owner_counts[zero_->owner(k)] += store.all()[k].value.numel();
   }
-  if (!zero_ && options_.shared_memory && mesh_.dp().size() > 1) {
+  if (!zero_ && options_.shared_memory && mesh_.gradient_reduction().size() > 1) {
     // One shared-memory slot per bucket, when the DP ranks share memory (on each host).
     std::vector<parallel::SharedSlot> slots;
     bool usable = true;  // CPU tensors, one dtype per bucket
@@ -108,9 +108,9 @@ GradientSync::GradientSync(layers::ParameterStore& store, parallel::Mesh& mesh,
       }
       slots.push_back(slot);
     }
-    if (usable) shared_ = parallel::SharedReduction::create(mesh_.dp(), slots);
+    if (usable) shared_ = parallel::SharedReduction::create(mesh_.gradient_reduction(), slots);
   }
-  if (mesh_.dp().size() > 1 || options_.complete_in_backward)
+  if (mesh_.gradient_reduction().size() > 1 || options_.complete_in_backward)
     hooks_ = std::make_unique<GradReadyHooks>(store, [this](size_t k) { on_grad_ready(k); });
 }
 
@@ -122,7 +122,7 @@ GradientSync::~GradientSync() {
 std::string GradientSync::describe_dp_sum() const {
   if (shared_) return shared_->describe();
   return std::string(zero_ ? "MPI reduce-scatter (ZeRO-1)" : "MPI all-reduce") + " over " +
-         std::to_string(mesh_.dp().size()) + " ranks";
+         std::to_string(mesh_.gradient_reduction().size()) + " ranks";
 }
 
 void GradientSync::offer_gradient_memory() {
@@ -203,7 +203,7 @@ void GradientSync::launch(Bucket& bucket) {
   // 3. The DP reduction, non-blocking.
   if (shared_) {
     shared_->start(index_of(bucket), grads_of(params));
-  } else if (mesh_.dp().size() > 1) {
+  } else if (mesh_.gradient_reduction().size() > 1) {
     bucket.flat = flatten(grads_of(params));
     if (options_.reduce_dtype) bucket.flat = bucket.flat.to(*options_.reduce_dtype);
     // In that type on the wire too (summed in it, as NCCL's bf16 sums are); float32 otherwise.
@@ -211,12 +211,12 @@ void GradientSync::launch(Bucket& bucket) {
         options_.reduce_dtype ? parallel::ReduceOp::SumNarrow : parallel::ReduceOp::Sum;
     if (zero_) {
       torch::Tensor mine =
-          torch::empty({bucket.owner_counts[mesh_.dp().rank()]}, bucket.flat.options());
+          torch::empty({bucket.owner_counts[mesh_.gradient_reduction().rank()]}, bucket.flat.options());
       bucket.handle =
-          mesh_.dp().reduce_scatter_v_async(bucket.flat, mine, bucket.owner_counts, narrow);
+          mesh_.gradient_reduction().reduce_scatter_v_async(bucket.flat, mine, bucket.owner_counts, narrow);
       bucket.result = mine;
     } else {
-      bucket.handle = mesh_.dp().all_reduce_async(bucket.flat, narrow);
+      bucket.handle = mesh_.gradient_reduction().all_reduce_async(bucket.flat, narrow);
       bucket.result = bucket.flat;
     }
   }
@@ -245,10 +245,10 @@ void GradientSync::complete(Bucket& bucket) {
       torch::Tensor& value = store_.all()[k].value;
       torch::Tensor grad = sum.narrow(0, offset, value.numel()).view(value.sizes());
       offset += value.numel();
-      if (fault_injected(Fault::DpGradNotAveraged)) grad.mul_(mesh_.dp().size());
+      if (fault_injected(Fault::DpGradNotAveraged)) grad.mul_(mesh_.gradient_reduction().size());
       value.mutable_grad() = grad;
     }
-  } else if (mesh_.dp().size() > 1) {
+  } else if (mesh_.gradient_reduction().size() > 1) {
     std::vector<torch::Tensor> mine;
     for (size_t k : bucket.params) {
       layers::Parameter& p = store_.all()[k];
@@ -259,7 +259,7 @@ void GradientSync::complete(Bucket& bucket) {
     }
     if (!mine.empty()) copy_back(bucket.result, mine);
     if (fault_injected(Fault::DpGradNotAveraged))
-      for (torch::Tensor& g : mine) g.mul_(mesh_.dp().size());
+      for (torch::Tensor& g : mine) g.mul_(mesh_.gradient_reduction().size());
   }
   bucket.flat = bucket.result = torch::Tensor();
   bucket.ready = 0;

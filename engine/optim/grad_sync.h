@@ -91,7 +91,7 @@ class GradientSync {
   // every rank with zero()->all_gather_parameters(store); null otherwise.
   ZeroPartition* zero() { return zero_.get(); }
   // The group over which final gradients are sharded (ZeRO's DP group), else null.
-  parallel::Communicator* sharded_over() { return zero_ ? &mesh_.dp() : nullptr; }
+  parallel::Communicator* sharded_over() { return zero_ ? &mesh_.gradient_reduction() : nullptr; }
   void set_on_final(std::function<void(size_t param)> on_final) { on_final_ = std::move(on_final); }
   void set_on_streamed_ready(std::function<void(size_t param)> ready) {
     on_streamed_ready_ = std::move(ready);

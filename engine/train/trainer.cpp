@@ -179,7 +179,7 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
   HeadGradientFacts head_facts;
   head_facts.embedding_here = model_->stage().embedding;
   head_facts.head_here = head_index >= 0;
-  head_facts.dp_size = mesh_.dp().size();
+  head_facts.dp_size = mesh_.gradient_reduction().size();
   head_facts.head_frozen = head_index >= 0 && store_->all()[size_t(head_index)].spec.frozen();
   head_gradient_ = resolve_head_gradient(config_, head_facts);
   const int64_t streamed_head = streams_to_stepper(head_gradient_) ? head_index : -1;
@@ -206,7 +206,8 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
     // Stepping inside backward, or (reduce-only) only reducing it in blocks over DP.
     AdamW* stepping =
         head_gradient_ == HeadGradient::stepped_in_backward ? optimizer_.get() : nullptr;
-    head_stepper_ = std::make_unique<HeadRowStepper>(*store_, stepping, mesh_.dp(), options);
+    head_stepper_ =
+        std::make_unique<HeadRowStepper>(*store_, stepping, mesh_.gradient_reduction(), options);
     sync_->set_on_streamed_ready([this](size_t) { head_stepper_->complete(); });
     if (!stepping) sync_->set_on_progress([this] { head_stepper_->progress(); });
     stage_step_->set_head_grad_sink(head_stepper_.get());
@@ -217,7 +218,7 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
       fault_parameter_ = int64_t(k);
   RunFacts facts;
   facts.on_gpu = device_.is_cuda();
-  facts.dp_size = mesh_.dp().size();
+  facts.dp_size = mesh_.gradient_reduction().size();
   facts.dp_sum_in_shared_memory = sync_->reduces_in_shared_memory();
   facts.head_gradient_deferred = head_gradient_ == HeadGradient::tied_deferred;
   if (log_)
@@ -227,7 +228,7 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
   shared_gradient_bytes_ =
       sync_->shared_bytes() + (head_stepper_ ? head_stepper_->shared_bytes() : 0);
   memory.add_outside(MemoryCategory::gradients, shared_gradient_bytes_);
-  if (log_ && mesh_.dp().size() > 1)
+  if (log_ && mesh_.gradient_reduction().size() > 1)
     *log_ << "retort: dp gradient sum: " << sync_->describe_dp_sum() << "\n";
   VocabularyLimit vocabulary{config_.model.vocab_size, "model.vocab_size"};
   if (teacher_ && teacher_->config().vocab_size < vocabulary.size)
@@ -433,16 +434,16 @@ void Trainer::agree_on_step(StepResult& result) {
 }
 
 double Trainer::dp_sum(double value) {
-  if (mesh_.dp().size() == 1) return value;
+  if (mesh_.gradient_reduction().size() == 1) return value;
   torch::Tensor t = torch::tensor({value}, torch::kDouble);
-  mesh_.dp().all_reduce(t);
+  mesh_.gradient_reduction().all_reduce(t);
   return t.item<double>();
 }
 
 void Trainer::sum_over_ranks(StepResult& result) {
   // Each stage computed its own parts, each DP rank its own samples. One all-reduce per
   // group: the loss, and its parts when distilling (LM-only steps send one scalar).
-  for (parallel::Communicator* group : {&mesh_.pp(), &mesh_.dp()}) {
+  for (parallel::Communicator* group : {&mesh_.pp(), &mesh_.gradient_reduction()}) {
     if (group->size() == 1) continue;
     std::vector<double> values = {result.loss};
     if (distiller_) {
@@ -460,7 +461,8 @@ void Trainer::sum_over_ranks(StepResult& result) {
 
 std::vector<MicroBatch> Trainer::read_micro_batches(double& target_count) {
   const TrainingConfig& training = config_.training;
-  BatchPlan plan(training.global_batch, training.micro_batch, mesh_.dp().size(), mesh_.dp().rank());
+  const parallel::DataSplit split = mesh_.data_split();
+  BatchPlan plan(training.global_batch, training.micro_batch, split.count, split.index);
   std::vector<MicroBatch> micro;
   int64_t local_targets = 0;
   for (int64_t m = 0; m < plan.micro_batches_per_step(); ++m) {
@@ -591,11 +593,12 @@ double Trainer::evaluate() {
   const TrainingConfig& training = config_.training;
   const int64_t samples = training.eval_batches * training.global_batch;
   // Micro-batches are dealt round-robin to DP ranks; sums and counts are then combined.
+  const parallel::DataSplit split = mesh_.data_split();
   std::vector<MicroBatch> mine;
   double count = 0;
   int64_t index = 0;
   for (int64_t first = 0; first < samples; first += training.micro_batch, ++index) {
-    if (index % mesh_.dp().size() != mesh_.dp().rank()) continue;
+    if (index % split.count != split.index) continue;
     const TokenBatch b =
         read_batch(*streams_.valid, first, std::min(training.micro_batch, samples - first));
     const torch::Tensor targets = to_tensor(b.targets, b.batch);

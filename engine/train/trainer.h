@@ -92,8 +92,10 @@ class Trainer {
   int64_t head_weight_index() const;
   // Optimizer-in-backward: steps parameter k (its gradient final) and frees its gradient.
   void step_in_backward(size_t k);
-  // The loss and its parts summed over pipeline stages, then over DP ranks.
+  // The loss and its parts summed over pipeline stages, then over the gradient-reduction group
+  // (the ranks that together read one global batch).
   void sum_over_ranks(StepResult& result);
+  // value summed over the gradient-reduction group.
   double dp_sum(double value);
   // Sets result.skipped (a non-finite loss or gradient norm on any rank) and
   // result.stop_requested (a stop signal on any rank), agreed by the whole world.

@@ -64,7 +64,7 @@ TEST(PlanComm, PredictedBytesPerStepEqualTheCountersOnEveryRank) {
     parallel::Mesh mesh(config.layout);
     Trainer trainer(config, nullptr, mesh);
     trainer.train_step();
-    std::vector<parallel::Communicator*> groups = {&mesh.tp(), &mesh.pp(), &mesh.dp(),
+    std::vector<parallel::Communicator*> groups = {&mesh.tp(), &mesh.pp(), &mesh.gradient_reduction(),
                                                    &mesh.model_parallel(), &mesh.world()};
     if (mesh.embedding()) groups.push_back(mesh.embedding());
     for (parallel::Communicator* g : groups) g->reset_counters();

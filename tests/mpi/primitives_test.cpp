@@ -312,9 +312,11 @@ TEST(Mesh, GroupsFollowTheLayout) {
   Mesh mesh(layout);
   const auto c = mesh.coordinates();
   EXPECT_EQ(mesh.tp().size(), 2);
-  EXPECT_EQ(mesh.dp().size(), world / 2);
+  EXPECT_EQ(mesh.gradient_reduction().size(), world / 2);
   EXPECT_EQ(mesh.tp().rank(), c.tp);
-  EXPECT_EQ(mesh.dp().rank(), c.dp);
+  EXPECT_EQ(mesh.gradient_reduction().rank(), c.dp);
+  EXPECT_EQ(mesh.data_split().index, c.dp);
+  EXPECT_EQ(mesh.data_split().count, world / 2);
   EXPECT_EQ(c.tp, mesh.world_rank() % 2);  // TP is fastest-varying
   // Each rank learns its TP partner's world rank: neighbours share a TP group.
   torch::Tensor ranks = torch::full({1}, int64_t(mesh.world_rank()), torch::kLong);

@@ -73,7 +73,7 @@ TEST(TrainerMpi, DataParallelBucketsLaunchDuringBackward) {
     int64_t gradient_bytes = 0;
     for (const auto& p : trainer.parameters().all())
       gradient_bytes += p.value.numel() * p.value.element_size();
-    const auto& all_reduce = mesh.dp().counters().at("all_reduce");
+    const auto& all_reduce = mesh.gradient_reduction().counters().at("all_reduce");
     EXPECT_EQ(all_reduce.calls, int64_t(sync.bucket_count()) + 2) << "shared " << shared;
     EXPECT_EQ(all_reduce.bytes, gradient_bytes + 2 * 8) << "shared " << shared;
     if (shared) {

@@ -120,7 +120,7 @@ TEST(TrainerPipeline, BubbleTimingIsOptInAndAProductionStepRunsNoBarrier) {
   parallel::Mesh mesh(config.layout);
   Trainer trainer(config, nullptr, mesh);
   trainer.train_step();
-  for (parallel::Communicator* group : {&mesh.pp(), &mesh.dp(), &mesh.tp(), &mesh.world()})
+  for (parallel::Communicator* group : {&mesh.pp(), &mesh.gradient_reduction(), &mesh.tp(), &mesh.world()})
     EXPECT_EQ(group->counters().count("barrier"), 0u) << "a production step ran a barrier";
   StepInspector inspector;
   inspector.time_pipeline = true;
