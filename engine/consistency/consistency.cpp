@@ -8,6 +8,7 @@
 #include <regex>
 #include <sstream>
 
+#include "common/fault_injection.h"
 #include "common/make_directories.h"
 #include "common/user_error.h"
 #include "engine/checkpoint/h5_tensors.h"
@@ -178,7 +179,8 @@ void run_consistency_layout(const Config& base, const ConsistencyLayout& layout,
   Trainer trainer(train_config, nullptr, mesh);
   record->transport =
       mesh.world().size() == 1 ? "one rank" : parallel::transport_name(mesh.world().transport());
-  if (mesh.gradient_reduction().size() > 1) record->dp_sum = trainer.gradient_sync().describe_dp_sum();
+  if (mesh.gradient_reduction().size() > 1)
+    record->dp_sum = trainer.gradient_sync().describe_dp_sum();
   const layers::TensorParallel& tp = trainer.tensor_parallel();
   const bool writer = mesh.world_rank() == 0;
   const bool tp_first = mesh.coordinates().tp == 0;
@@ -207,7 +209,16 @@ void run_consistency_layout(const Config& base, const ConsistencyLayout& layout,
     keep("student/", inspector.captures, student, first_sample);
     keep("teacher/", inspector.teacher_captures, teacher, first_sample);
   };
+  // The self-test's gradient faults (common/fault_injection.h) act on one parameter, found once,
+  // as the gradients are whole: before they are recorded and their norm is taken.
+  layers::Parameter* fault_target = nullptr;
+  for (layers::Parameter& p : trainer.parameters().all())
+    if (p.spec.name == kFaultParameter) fault_target = &p;
   inspector.on_gradients = [&](const StepResult& result) {
+    if (fault_target && fault_target->value.grad().defined()) {
+      if (fault_injected(Fault::GradScaled)) fault_target->value.mutable_grad().mul_(1 + 1e-3);
+      if (fault_injected(Fault::GradMissing)) fault_target->value.mutable_grad().reset();
+    }
     parallel::NamedTensors gradients;
     for (auto& p : trainer.parameters().all()) {
       if (p.spec.frozen() || p.spec.tied_copy) continue;  // a tied copy's owner reports it

@@ -1,10 +1,11 @@
-// engine/train/trainer.h: the training loop of one rank of a TP x PP x DP layout. It builds
-// this rank's shard of the model (its pipeline stage's layers) from the parameter specs, the
-// teacher and distiller when distilling, AdamW, the gradient synchronisation and its slice
-// of the data. A step reads its micro-batches, runs them through the stage (StageStep, the
-// one step path of every layout) with losses divided by the global number of target tokens,
-// makes gradients whole (GradientSync), clips the global norm, steps the optimizer and
-// returns a StepResult; run() loops steps, logs, evaluates and checkpoints.
+// engine/train/trainer.h: the training loop of one rank of a TP x PP x DP layout. Its parts
+// (this rank's shard of the model, the teacher and distiller when distilling, AdamW, the
+// gradient synchronisation, its slice of the data) are assembled by build_trainer_parts
+// (engine/train/trainer_builder.h) and only stored here. A step reads its micro-batches, runs
+// them through the stage (StageStep, the one step path of every layout) with losses divided by
+// the global number of target tokens, makes gradients whole (GradientSync), clips the global
+// norm, steps the optimizer and returns a StepResult; run() loops steps, logs, evaluates and
+// checkpoints.
 #pragma once
 #include <torch/torch.h>
 
@@ -29,6 +30,7 @@
 #include "engine/train/stage_step.h"
 #include "engine/train/step_inspector.h"
 #include "engine/train/step_result.h"
+#include "engine/train/trainer_builder.h"
 #include "layers/model.h"
 #include "layers/run_context.h"
 #include "parallel/mesh.h"
@@ -78,18 +80,13 @@ class Trainer {
           parallel::Mesh* mesh);
   // A batch tensor built on the host, on this rank's device.
   torch::Tensor placed(const torch::Tensor& host) const;
-  // The start-up banner's line of how each group of this rank moves tensors.
-  void report_transports(const std::vector<std::string>& groups);
-  void initialise_student();
-  // After a checkpoint loaded: the model description, the seed check, the log line.
-  void finish_resume(const std::string& path);
-  void build_distiller();
+  // Stores what build_trainer_parts assembled (the constructor does nothing else but connect
+  // the step in backward).
+  void adopt(TrainerParts parts);
   void log_line(const std::string& line);
   // This step's micro-batches of this DP rank and the global number of target tokens.
   std::vector<MicroBatch> read_micro_batches(double& target_count);
   void clear_gradients();
-  // The store index of this stage's LM head weight, else -1.
-  int64_t head_weight_index() const;
   // Optimizer-in-backward: steps parameter k (its gradient final) and frees its gradient.
   void step_in_backward(size_t k);
   // The loss and its parts summed over pipeline stages, then over the gradient-reduction group
@@ -112,10 +109,6 @@ class Trainer {
   std::unique_ptr<parallel::Mesh> own_mesh_;  // single process only
   parallel::Mesh& mesh_;
   layers::TensorParallel tp_;
-  PrecisionPolicy precision_;           // every number type of the run, from the config
-  torch::ScalarType dtype_;             // the parameters' (main weights under bf16)
-  torch::ScalarType compute_dtype_;     // the products'; the teacher's weights
-  torch::ScalarType residual_dtype_;    // the residual stream's and pipeline messages'
   torch::Device device_ = torch::kCPU;  // runtime.device: the CPU or this rank's GPU
   // Kernel mode, compute copies, gradient memory: this run's alone. Declared before every part
   // that uses it, so it outlives them.
@@ -138,12 +131,10 @@ class Trainer {
   LrSchedule schedule_;
   TrainingProgress progress_;
   StepInspector* inspector_ = nullptr;
-  int64_t fault_parameter_ = -1;   // store index of kFaultParameter (common/fault_injection.h)
   int64_t consecutive_skips_ = 0;  // steps skipped in a row (non-finite), reset by a good one
   int64_t skipped_steps_ = 0;      // skipped by this process since it started
   double flops_per_token_ = 0;
   double peak_gflops_ = 0;  // per rank, the denominator of MFU
-  std::string peak_how_;    // where it comes from (the banner says)
 };
 
 }  // namespace retort::engine
