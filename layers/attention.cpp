@@ -13,7 +13,7 @@ namespace retort::layers {
 
 Attention::Attention(const ModelConfig& c, const std::string& p, int64_t window,
                      ParameterStore& store, const TensorParallel& tp)
-    : head_dim_(c.head_dim()), window_(window) {
+    : head_dim_(c.head_dim()), window_(window), norm_eps_(c.norm_eps) {
   const int64_t h = c.hidden, d = c.head_dim();
   const double out_std = c.init_std / std::sqrt(2.0 * c.layers);  // Megatron's scaled init
   q_.emplace(LinearSpec{p + "q_proj", h, c.heads * d, c.init_std, c.qkv_bias}, store, tp);
@@ -30,6 +30,25 @@ Attention::Attention(const ModelConfig& c, const std::string& p, int64_t window,
   }
   o_.emplace(LinearSpec{p + "o_proj", c.heads * d, h, out_std, false}, store, tp);
   place_adjacent({&*q_, &*k_, &*v_});  // the fused q|k|v product reads them in place
+  if (c.qk_norm) {
+    auto norm = [&](const char* name) {
+      ParamSpec s;
+      s.name = p + name;
+      s.shape = {d};
+      s.init = InitMethod::Ones;
+      s.weight_decay = false;
+      s.tp_partial_grad = true;  // each TP rank normalises its own heads with it
+      return store.create(s);
+    };
+    q_norm_ = norm("q_norm.weight");
+    k_norm_ = norm("k_norm.weight");
+  }
+}
+
+std::pair<torch::Tensor, torch::Tensor> Attention::norm_heads(torch::Tensor q,
+                                                              torch::Tensor k) const {
+  if (!q_norm_.defined()) return {q, k};
+  return {rms_norm(q, q_norm_, norm_eps_), rms_norm(k, k_norm_, norm_eps_)};
 }
 
 torch::Tensor Attention::forward(const torch::Tensor& x, const torch::Tensor& rope_cos,
@@ -44,13 +63,17 @@ torch::Tensor Attention::forward(const torch::Tensor& x, const torch::Tensor& ro
   const int64_t q_width = q_->local_weight().size(0), kv_width = k_->local_weight().size(0);
   torch::Tensor qkv = packed_column_forward({&*q_, &*k_, &*v_}, x, kernels.run);
   torch::Tensor q, k, v;
-  if (fused_block_parts(kernels, x)) {
+  // The fused rotation works in place on the product; norms of queries and keys come before
+  // the rotation, so a model with them rotates the normalised heads apart.
+  if (fused_block_parts(kernels, x) && !q_norm_.defined()) {
     qkv = fused_rope_(qkv, rope_cos, rope_sin, (q_width + kv_width) / head_dim_);
     q = heads(qkv.narrow(-1, 0, q_width));
     k = heads(qkv.narrow(-1, q_width, kv_width));
   } else {
-    q = apply_rope(heads(qkv.narrow(-1, 0, q_width)), rope_cos, rope_sin);
-    k = apply_rope(heads(qkv.narrow(-1, q_width, kv_width)), rope_cos, rope_sin);
+    std::tie(q, k) =
+        norm_heads(heads(qkv.narrow(-1, 0, q_width)), heads(qkv.narrow(-1, q_width, kv_width)));
+    q = apply_rope(q, rope_cos, rope_sin);
+    k = apply_rope(k, rope_cos, rope_sin);
   }
   v = heads(qkv.narrow(-1, q_width + kv_width, kv_width));
   const int64_t block_rows = kernels.attention_block_rows, window = window_;
@@ -82,8 +105,9 @@ torch::Tensor Attention::forward_cached(const torch::Tensor& x, const torch::Ten
   auto heads = [&](const torch::Tensor& y) {
     return y.view({b, n, -1, head_dim_}).transpose(1, 2);  // [b, local heads, n, d]
   };
-  torch::Tensor q = apply_rope(heads(q_->forward(x, run)), rope_cos, rope_sin);
-  torch::Tensor k = apply_rope(heads(k_->forward(x, run)), rope_cos, rope_sin);
+  auto [q, k] = norm_heads(heads(q_->forward(x, run)), heads(k_->forward(x, run)));
+  q = apply_rope(q, rope_cos, rope_sin);
+  k = apply_rope(k, rope_cos, rope_sin);
   torch::Tensor v = heads(v_->forward(x, run));
   if (!keys.defined()) {
     keys = torch::empty({b, k.size(1), capacity, head_dim_}, k.options());

@@ -1,5 +1,8 @@
 // layers/attention.h: grouped-query self-attention with RoPE (causal, optional sliding
-// window, optional qkv bias), heads split over TP: q/k/v column-parallel, o row-parallel.
+// window, optional qkv bias, optional per-head RMSNorm of queries and keys before RoPE as
+// Qwen3 places it), heads split over TP: q/k/v column-parallel, o row-parallel. The query and
+// key norms' weights [head_dim] are whole on every TP rank; each rank's gradient is its heads'
+// part, summed over TP.
 // With fewer kv heads than TP ranks, each rank keeps k/v whole and uses the rows of the one
 // kv head its query heads read.
 #pragma once
@@ -35,7 +38,12 @@ class Attention {
   int64_t window() const { return window_; }
 
  private:
+  // model.qk_norm: q and k [b, heads, s, d] normalised per head (identity without it).
+  std::pair<torch::Tensor, torch::Tensor> norm_heads(torch::Tensor q, torch::Tensor k) const;
+
   int64_t head_dim_, window_;
+  double norm_eps_;
+  torch::Tensor q_norm_, k_norm_;  // model.qk_norm: the weights, else undefined
   std::optional<ColumnParallelLinear> q_, k_, v_;
   std::optional<RowParallelLinear> o_;
 };

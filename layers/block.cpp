@@ -36,7 +36,7 @@ BlockContext make_block_context(const ModelConfig& config, int64_t seq_len,
   const torch::TensorOptions table_options =
       options.dtype(accumulation_type(torch::typeMetaToScalarType(options.dtype())));
   std::tie(c.rope_cos, c.rope_sin) =
-      rope_tables(seq_len, config.head_dim(), config.rope_theta, 0, table_options);
+      rope_tables(seq_len, rope_frequencies(config), 0, table_options);
   if (kernels.attention_block_rows > 0) return c;  // the blocked attention masks per block
   c.mask_full = attention_mask(seq_len, seq_len, 0, 0, options);
   for (int64_t layer = 0; layer < config.layers; ++layer) {

@@ -16,15 +16,24 @@ torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, doub
   return (xc * inv).to(x.scalar_type()) * in_type_of(weight, x);
 }
 
-std::pair<torch::Tensor, torch::Tensor> rope_tables(int64_t seq_len, int64_t head_dim, double theta,
+std::pair<torch::Tensor, torch::Tensor> rope_tables(int64_t seq_len,
+                                                    const RopeFrequencies& frequencies,
                                                     int64_t offset, torch::TensorOptions options) {
   auto f64 = torch::TensorOptions().dtype(torch::kDouble);
-  torch::Tensor exponents = torch::arange(0, head_dim, 2, f64) / static_cast<double>(head_dim);
-  torch::Tensor inv_freq = torch::pow(theta, -exponents);
   torch::Tensor positions = torch::arange(offset, offset + seq_len, f64);
-  torch::Tensor freqs = torch::outer(positions, inv_freq);
+  torch::Tensor freqs = torch::outer(positions, frequencies.inverse);
   torch::Tensor angles = torch::cat({freqs, freqs}, -1);
-  return {angles.cos().to(options), angles.sin().to(options)};
+  torch::Tensor cos = angles.cos(), sin = angles.sin();
+  if (frequencies.attention_factor != 1.0) {
+    cos = cos * frequencies.attention_factor;
+    sin = sin * frequencies.attention_factor;
+  }
+  return {cos.to(options), sin.to(options)};
+}
+
+std::pair<torch::Tensor, torch::Tensor> rope_tables(int64_t seq_len, int64_t head_dim, double theta,
+                                                    int64_t offset, torch::TensorOptions options) {
+  return rope_tables(seq_len, rope_frequencies(head_dim, theta), offset, options);
 }
 
 torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos,

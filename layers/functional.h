@@ -5,12 +5,18 @@
 #pragma once
 #include <torch/torch.h>
 
+#include "layers/rope_scaling.h"
+
 namespace retort::layers {
 
 // x * rsqrt(mean(x^2, -1) + eps) * weight, computed in float32 or wider.
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
 
-// cos and sin tables [seq, head_dim] for positions offset .. offset+seq-1.
+// cos and sin tables [seq, head_dim] for positions offset .. offset+seq-1, from the model's
+// frequencies (rope_scaling.h), or plain RoPE's of head_dim and theta.
+std::pair<torch::Tensor, torch::Tensor> rope_tables(int64_t seq_len,
+                                                    const RopeFrequencies& frequencies,
+                                                    int64_t offset, torch::TensorOptions options);
 std::pair<torch::Tensor, torch::Tensor> rope_tables(int64_t seq_len, int64_t head_dim, double theta,
                                                     int64_t offset, torch::TensorOptions options);
 // Applies RoPE to x [batch, heads, seq, head_dim].

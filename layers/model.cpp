@@ -124,8 +124,8 @@ torch::Tensor LlamaModel::forward_cached(const torch::Tensor& tokens, KvCache& c
   BlockContext context;
   context.kernels.attention_block_rows = 0;  // dense masks over the cached positions
   context.kernels.run = kernels_.run;
-  std::tie(context.rope_cos, context.rope_sin) = rope_tables(
-      n, config_.head_dim(), config_.rope_theta, position, x.options().dtype(accumulation_type(x)));
+  std::tie(context.rope_cos, context.rope_sin) =
+      rope_tables(n, rope_frequencies(config_), position, x.options().dtype(accumulation_type(x)));
   context.mask_full = attention_mask(n, position + n, position, 0, x.options());
   for (int64_t layer = 0; layer < config_.layers; ++layer) {
     const int64_t w = config_.window_of_layer(layer);

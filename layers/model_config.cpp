@@ -15,7 +15,8 @@ int64_t ModelConfig::matmul_parameter_count() const {
 int64_t ModelConfig::parameter_count() const {
   const int64_t d = head_dim();
   const int64_t bias = qkv_bias ? (heads + 2 * kv_heads) * d : 0;
-  const int64_t per_layer = 2 * hidden + bias;  // two norms plus optional qkv bias
+  const int64_t qk_norms = qk_norm ? 2 * d : 0;
+  const int64_t per_layer = 2 * hidden + bias + qk_norms;  // two norms, optional qkv bias, qk norms
   const int64_t embeddings = tied_embeddings ? 0 : vocab_size * hidden;
   return matmul_parameter_count() + layers * per_layer + hidden + embeddings;
 }

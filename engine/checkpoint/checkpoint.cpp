@@ -211,6 +211,14 @@ layers::ModelConfig model_config_from_json(const std::string& text, const std::s
   nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object())
     throw UserError("'" + source + "': unreadable model description");
+  // Written before these keys existed: their defaults are what such a model was (heads hidden /
+  // heads wide, plain RoPE).
+  const nlohmann::json defaults = layers::ModelConfig{};
+  for (const char* added :
+       {"explicit_head_dim", "rope_scaling", "rope_factor", "rope_low_freq_factor",
+        "rope_high_freq_factor", "rope_original_context", "rope_attention_factor", "rope_beta_fast",
+        "rope_beta_slow"})
+    if (!j.contains(added)) j[added] = defaults[added];
   try {
     return j.get<layers::ModelConfig>();
   } catch (const nlohmann::json::exception& e) {

@@ -134,6 +134,7 @@ std::vector<KeySpec> build_keys() {
   using distill::ActivationLoss;
   using distill::LogitLoss;
   using layers::Checkpointing;
+  using layers::RopeScaling;
   return {RETORT_RUN_KEYS(RETORT_SPEC_RUN) RETORT_MODEL_KEYS(RETORT_SPEC_MODEL)
               RETORT_PARAM_POLICY_KEYS(RETORT_SPEC_PARAMS) RETORT_TEACHER_KEYS(RETORT_SPEC_TEACHER)
                   RETORT_DISTILL_KEYS(RETORT_SPEC_DISTILL)

@@ -4,6 +4,7 @@
 #include <fnmatch.h>
 
 #include <algorithm>
+#include <sstream>
 
 #include "common/user_error.h"
 #include "engine/config/config_schema.h"
@@ -17,6 +18,12 @@ void require(bool ok, const std::string& message) {
 
 std::string str(int64_t v) {
   return std::to_string(v);
+}
+
+std::string decimal(double v) {
+  std::ostringstream text;
+  text << v;
+  return text.str();
 }
 
 }  // namespace
@@ -46,11 +53,21 @@ TrainConfig make_train_config(const Config& source, int world_size) {
   }
 
   const layers::ModelConfig& model = config.model;
-  require(
-      model.hidden % model.heads == 0,
-      "model.hidden=" + str(model.hidden) + " is not divisible by model.heads=" + str(model.heads));
+  require(model.explicit_head_dim > 0 || model.hidden % model.heads == 0,
+          "model.hidden=" + str(model.hidden) +
+              " is not divisible by model.heads=" + str(model.heads) + " (or set model.head_dim)");
   require(model.head_dim() % 2 == 0,
-          "head dim model.hidden/model.heads=" + str(model.head_dim()) + " must be even for RoPE");
+          (model.explicit_head_dim > 0 ? "model.head_dim=" : "head dim model.hidden/model.heads=") +
+              str(model.head_dim()) + " must be even for RoPE");
+  const bool context_scaled = model.rope_scaling == layers::RopeScaling::llama3 ||
+                              model.rope_scaling == layers::RopeScaling::yarn;
+  require(!context_scaled || model.rope_original_context > 0,
+          "model.rope_scaling=" + enum_name(model.rope_scaling) +
+              " needs model.rope_original_context (the context the model was pretrained for)");
+  require(model.rope_scaling != layers::RopeScaling::llama3 ||
+              model.rope_high_freq_factor > model.rope_low_freq_factor,
+          "model.rope_high_freq_factor=" + decimal(model.rope_high_freq_factor) +
+              " must be above model.rope_low_freq_factor=" + decimal(model.rope_low_freq_factor));
   require(model.heads % model.kv_heads == 0,
           "model.heads=" + str(model.heads) +
               " is not divisible by model.kv_heads=" + str(model.kv_heads));
@@ -86,6 +103,7 @@ TrainConfig make_train_config(const Config& source, int world_size) {
   distill_settings.teacher.heads = pick(teacher_keys.heads, model.heads);
   distill_settings.teacher.kv_heads = pick(teacher_keys.kv_heads, model.kv_heads);
   distill_settings.teacher.ffn_hidden = pick(teacher_keys.ffn_hidden, model.ffn_hidden);
+  distill_settings.teacher.explicit_head_dim = pick(teacher_keys.head_dim, model.explicit_head_dim);
   const distill::DistillConfig& objective = distill_settings.objective;
   require(objective.logits.teacher_top_k == 0 ||
               objective.logits.kind != distill::LogitLoss::reverse_kl,
@@ -101,8 +119,8 @@ TrainConfig make_train_config(const Config& source, int world_size) {
               !objective.every_layer_points.empty(),
           "distill.activation_weight > 0 needs distill.activation_pairs or activation_points");
   const layers::ModelConfig& teacher = distill_settings.teacher;
-  require(teacher.hidden % teacher.heads == 0 && teacher.heads % teacher.kv_heads == 0 &&
-              teacher.head_dim() % 2 == 0,
+  require((teacher.explicit_head_dim > 0 || teacher.hidden % teacher.heads == 0) &&
+              teacher.heads % teacher.kv_heads == 0 && teacher.head_dim() % 2 == 0,
           "teacher: hidden=" + str(teacher.hidden) + ", heads=" + str(teacher.heads) +
               ", kv_heads=" + str(teacher.kv_heads) +
               " do not make whole, even heads in whole groups");

@@ -72,6 +72,8 @@ struct ParamPolicy {
   KEY(int64_t, kv_heads, "teacher.kv_heads", 0, 0, 10000, "teacher kv heads, 0 = the student's") \
   KEY(int64_t, ffn_hidden, "teacher.ffn_hidden", 0, 0, 1e7,                                      \
       "teacher SwiGLU size, 0 = the student's")                                                  \
+  KEY(int64_t, head_dim, "teacher.head_dim", 0, 0, 1e5,                                          \
+      "teacher head width, 0 = the student's model.head_dim (or teacher hidden / heads)")        \
   KEY(int64_t, sliding_window, "teacher.sliding_window", 0, 0, 1e9,                              \
       "teacher attention window, 0 = full")
 

@@ -127,28 +127,111 @@ int64_t read_hf_max_positions(const std::string& dir) {
   return it != j.end() && it->is_number_integer() ? it->get<int64_t>() : 0;
 }
 
+namespace {
+
+// The RoPE settings object `rope` (config.json's `key`) into c: rope_theta, and the scaling of
+// its frequencies as transformers reads them (modeling_rope_utils.py); what Retort cannot
+// compute stops, naming the field.
+void read_rope_scaling(const nlohmann::json& rope, const std::string& key, const nlohmann::json& j,
+                       const std::string& source, layers::ModelConfig& c) {
+  for (const auto& [name, value] : rope.items())
+    if (value.is_object())
+      throw UserError("'" + source + "': " + key + "." + name +
+                      ": RoPE settings per kind of layer are not supported");
+  const std::string type = rope.contains("rope_type")
+                               ? get_key<std::string>(rope, "rope_type", source)
+                               : get_or<std::string>(rope, "type", "default", source);
+  if (rope.contains("rope_theta") && !rope["rope_theta"].is_null())
+    c.rope_theta = get_key<double>(rope, "rope_theta", source);
+  if (get_or<double>(rope, "partial_rotary_factor", 1.0, source) != 1.0)
+    throw UserError("'" + source + "': " + key +
+                    ".partial_rotary_factor (RoPE on part of each head) is not supported");
+  if (type == "default") return;
+  if (type == "linear")
+    c.rope_scaling = layers::RopeScaling::linear;
+  else if (type == "llama3")
+    c.rope_scaling = layers::RopeScaling::llama3;
+  else if (type == "yarn")
+    c.rope_scaling = layers::RopeScaling::yarn;
+  else
+    throw UserError("'" + source + "': " + key + ".rope_type '" + type +
+                    "' is not supported (default, linear, llama3, yarn)");
+  auto number = [&](const char* name, double fallback, const char* retort_key) {
+    const double value = fallback < 0 ? get_key<double>(rope, name, source)
+                                      : get_or<double>(rope, name, fallback, source);
+    check_in_range(value, key + "." + name, retort_key, source);
+    return value;
+  };
+  c.rope_factor = number("factor", -1, "model.rope_factor");
+  if (c.rope_scaling == layers::RopeScaling::linear) return;
+  // The context it was pretrained for: Phi-3 keeps it at the top level, which wins; else the
+  // settings', else max_position_embeddings (transformers' order).
+  int64_t original = get_or<int64_t>(j, "original_max_position_embeddings", 0, source);
+  if (original == 0)
+    original = get_or<int64_t>(rope, "original_max_position_embeddings", 0, source);
+  if (original == 0) original = get_key<int64_t>(j, "max_position_embeddings", source);
+  check_in_range(double(original), "original_max_position_embeddings",
+                 "model.rope_original_context", source);
+  c.rope_original_context = original;
+  if (c.rope_scaling == layers::RopeScaling::llama3) {
+    c.rope_low_freq_factor = number("low_freq_factor", -1, "model.rope_low_freq_factor");
+    c.rope_high_freq_factor = number("high_freq_factor", -1, "model.rope_high_freq_factor");
+    return;
+  }
+  for (const char* unsupported : {"mscale", "mscale_all_dim"})
+    if (get_or<double>(rope, unsupported, 0.0, source) != 0)
+      throw UserError("'" + source + "': " + key + "." + unsupported + " is not supported");
+  if (!get_or<bool>(rope, "truncate", true, source))
+    throw UserError("'" + source + "': " + key + ".truncate=false is not supported");
+  c.rope_attention_factor = number("attention_factor", 0.0, "model.rope_attention_factor");
+  // transformers reads a zero beta as its default.
+  c.rope_beta_fast = number("beta_fast", 32.0, "model.rope_beta_fast");
+  if (c.rope_beta_fast == 0) c.rope_beta_fast = 32.0;
+  c.rope_beta_slow = number("beta_slow", 1.0, "model.rope_beta_slow");
+  if (c.rope_beta_slow == 0) c.rope_beta_slow = 1.0;
+}
+
+// c's RoPE settings as transformers 5's rope_parameters.
+nlohmann::json rope_parameters_of(const layers::ModelConfig& c) {
+  nlohmann::json rope = {{"rope_type", "default"}, {"rope_theta", c.rope_theta}};
+  if (c.rope_scaling == layers::RopeScaling::none) return rope;
+  rope["rope_type"] = enum_name(c.rope_scaling);
+  rope["factor"] = c.rope_factor;
+  if (c.rope_scaling == layers::RopeScaling::linear) return rope;
+  rope["original_max_position_embeddings"] = c.rope_original_context;
+  if (c.rope_scaling == layers::RopeScaling::llama3) {
+    rope["low_freq_factor"] = c.rope_low_freq_factor;
+    rope["high_freq_factor"] = c.rope_high_freq_factor;
+    return rope;
+  }
+  rope["beta_fast"] = c.rope_beta_fast;
+  rope["beta_slow"] = c.rope_beta_slow;
+  if (c.rope_attention_factor > 0) rope["attention_factor"] = c.rope_attention_factor;
+  return rope;
+}
+
+}  // namespace
+
 layers::ModelConfig read_hf_config(const std::string& dir) {
   const std::string source = (fs::path(dir) / "config.json").string();
   const nlohmann::json j = read_json(source);
   const std::string type = get_key<std::string>(j, "model_type", source);
-  if (type != "llama" && type != "mistral" && type != "qwen2")
+  if (type != "llama" && type != "mistral" && type != "qwen2" && type != "qwen3")
     throw UserError("'" + source + "': model_type '" + type +
-                    "' is not one Retort reads (llama, mistral, qwen2)");
+                    "' is not one Retort reads (llama, mistral, qwen2, qwen3)");
   const std::string act = get_or<std::string>(j, "hidden_act", "silu", source);
   if (act != "silu") throw UserError("'" + source + "': hidden_act '" + act + "' (only silu)");
-  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
-    throw UserError("'" + source + "': rope_scaling is not supported (plain RoPE only)");
-  // transformers 5 writes RoPE's settings as rope_parameters {rope_type, rope_theta}; earlier
-  // versions wrote rope_theta at the top level.
+  // RoPE's settings: transformers 5 writes rope_parameters {rope_type, rope_theta, ...}; earlier
+  // versions wrote rope_theta at the top level and rope_scaling {rope_type or type, ...}. Where
+  // both are set rope_scaling wins, as in transformers 5.
   const nlohmann::json* rope = nullptr;
-  if (j.contains("rope_parameters") && !j["rope_parameters"].is_null()) {
-    rope = &j["rope_parameters"];
-    if (!rope->is_object()) throw UserError("'" + source + "': rope_parameters is not an object");
-    const std::string rope_type = get_or<std::string>(*rope, "rope_type", "default", source);
-    if (rope_type != "default")
-      throw UserError("'" + source + "': rope_parameters.rope_type '" + rope_type +
-                      "' is not supported (plain RoPE only)");
-  }
+  std::string rope_key;
+  for (const char* key : {"rope_parameters", "rope_scaling"})
+    if (j.contains(key) && !j[key].is_null()) {
+      if (!j[key].is_object()) throw UserError("'" + source + "': " + key + " is not an object");
+      rope = &j[key];
+      rope_key = key;
+    }
   if (get_or<bool>(j, "mlp_bias", false, source))
     throw UserError("'" + source + "': mlp_bias is not supported");
   layers::ModelConfig c;
@@ -159,8 +242,11 @@ layers::ModelConfig read_hf_config(const std::string& dir) {
   c.kv_heads = get_or<int64_t>(j, "num_key_value_heads", c.heads, source);
   c.ffn_hidden = get_key<int64_t>(j, "intermediate_size", source);
   c.rope_theta = get_or<double>(j, "rope_theta", 10000.0, source);
-  if (rope && rope->contains("rope_theta"))
-    c.rope_theta = get_key<double>(*rope, "rope_theta", source);
+  if (get_or<double>(j, "partial_rotary_factor", 1.0, source) != 1.0)
+    throw UserError("'" + source +
+                    "': partial_rotary_factor (RoPE on part of each head) is not "
+                    "supported");
+  if (rope) read_rope_scaling(*rope, rope_key, j, source, c);
   c.norm_eps = get_or<double>(j, "rms_norm_eps", 1e-6, source);
   c.tied_embeddings = get_or<bool>(j, "tie_word_embeddings", false, source);
   for (const auto& [hf_key, value, retort_key] :
@@ -174,14 +260,28 @@ layers::ModelConfig read_hf_config(const std::string& dir) {
            {"rope_theta", c.rope_theta, "model.rope_theta"},
            {"rms_norm_eps", c.norm_eps, "model.norm_eps"}})
     check_in_range(value, hf_key, retort_key, source);
-  if (c.heads <= 0 || c.hidden % c.heads != 0)
-    throw UserError("'" + source + "': hidden_size is not a multiple of num_attention_heads");
-  if (get_or<int64_t>(j, "head_dim", c.hidden / c.heads, source) != c.hidden / c.heads)
-    throw UserError("'" + source + "': head_dim other than hidden_size / num_attention_heads");
+  if (c.heads <= 0) throw UserError("'" + source + "': num_attention_heads must be positive");
+  // head_dim: its own where the config sets one (Qwen3, Mistral-Nemo), else hidden / heads
+  // (transformers' rule; a null head_dim reads as absent).
+  const bool own_head_dim = j.contains("head_dim") && !j["head_dim"].is_null();
+  if (own_head_dim) {
+    c.explicit_head_dim = get_key<int64_t>(j, "head_dim", source);
+    check_in_range(double(c.explicit_head_dim), "head_dim", "model.head_dim", source);
+    if (c.explicit_head_dim < 1) throw UserError("'" + source + "': head_dim must be positive");
+    if (c.explicit_head_dim == c.hidden / c.heads && c.hidden % c.heads == 0)
+      c.explicit_head_dim = 0;  // the default, kept implicit
+  } else if (c.hidden % c.heads != 0) {
+    throw UserError("'" + source +
+                    "': hidden_size is not a multiple of num_attention_heads and there is no "
+                    "head_dim");
+  }
   if (c.kv_heads <= 0 || c.heads % c.kv_heads != 0)
     throw UserError("'" + source + "': num_key_value_heads does not divide num_attention_heads");
-  if (type == "qwen2") {
-    c.qkv_bias = true;  // Qwen2 biases q, k and v (not o)
+  if (type == "qwen3") c.qk_norm = true;  // per-head RMSNorm of q and k before RoPE
+  if (type == "qwen2" || type == "qwen3") {
+    if (type == "qwen2") c.qkv_bias = true;  // Qwen2 biases q, k and v (not o)
+    if (type == "qwen3" && get_or<bool>(j, "attention_bias", false, source))
+      throw UserError("'" + source + "': attention_bias also biases o_proj, which Retort lacks");
     if (get_or<bool>(j, "use_sliding_window", false, source))
       throw UserError("'" + source +
                       "': use_sliding_window (Qwen2's per-layer windows) is "
@@ -197,12 +297,20 @@ std::string hf_config_json(const layers::ModelConfig& c, const std::string& weig
   if (!c.layer_windows.empty())
     throw UserError("model.layer_windows: per-layer windows have no Hugging Face Llama config");
   nlohmann::json j;
-  const std::string type = c.qkv_bias ? "qwen2" : c.sliding_window > 0 ? "mistral" : "llama";
-  if (c.qkv_bias && c.sliding_window > 0)
-    throw UserError("model.qkv_bias with model.sliding_window has no Hugging Face config");
+  const std::string type = c.qk_norm              ? "qwen3"
+                           : c.qkv_bias           ? "qwen2"
+                           : c.sliding_window > 0 ? "mistral"
+                                                  : "llama";
+  if ((c.qkv_bias || c.qk_norm) && c.sliding_window > 0)
+    throw UserError(
+        "model.sliding_window with model.qkv_bias or model.qk_norm has no Hugging "
+        "Face config");
+  if (c.qkv_bias && c.qk_norm)
+    throw UserError("model.qkv_bias with model.qk_norm has no Hugging Face config");
   static const std::map<std::string, std::string> arch = {{"llama", "LlamaForCausalLM"},
                                                           {"mistral", "MistralForCausalLM"},
-                                                          {"qwen2", "Qwen2ForCausalLM"}};
+                                                          {"qwen2", "Qwen2ForCausalLM"},
+                                                          {"qwen3", "Qwen3ForCausalLM"}};
   j["architectures"] = {arch.at(type)};
   j["model_type"] = type;
   j["vocab_size"] = c.vocab_size;
@@ -210,16 +318,21 @@ std::string hf_config_json(const layers::ModelConfig& c, const std::string& weig
   j["num_hidden_layers"] = c.layers;
   j["num_attention_heads"] = c.heads;
   j["num_key_value_heads"] = c.kv_heads;
+  j["head_dim"] = c.head_dim();  // transformers reads it for Llama, Mistral and Qwen2
   j["intermediate_size"] = c.ffn_hidden;
-  j["rope_theta"] = c.rope_theta;  // read by transformers 4
-  j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", c.rope_theta}};  // and 5
+  j["rope_theta"] = c.rope_theta;                     // read by transformers 4
+  j["rope_parameters"] = rope_parameters_of(c);       // and 5
+  if (c.rope_scaling != layers::RopeScaling::none) {  // transformers 4 reads rope_scaling
+    j["rope_scaling"] = rope_parameters_of(c);
+    j["rope_scaling"].erase("rope_theta");
+  }
   j["rms_norm_eps"] = c.norm_eps;
   j["tie_word_embeddings"] = c.tied_embeddings;
   j["hidden_act"] = "silu";
   // The weights' own type, so torch_dtype="auto" loads them as they are stored.
   j["torch_dtype"] = weights_dtype;  // transformers 4's name
   j["dtype"] = weights_dtype;        // transformers 5's
-  if (type == "llama") j["attention_bias"] = false;
+  if (type == "llama" || type == "qwen3") j["attention_bias"] = false;
   if (type == "mistral") j["sliding_window"] = c.sliding_window;
   return j.dump(2) + "\n";
 }
@@ -320,6 +433,9 @@ std::set<std::string> model_hf_names(const layers::ModelConfig& c) {
     if (c.qkv_bias)
       for (const char* n :
            {"self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"})
+        names.insert(p + n);
+    if (c.qk_norm)
+      for (const char* n : {"self_attn.q_norm.weight", "self_attn.k_norm.weight"})
         names.insert(p + n);
   }
   return names;

@@ -27,8 +27,10 @@ namespace retort::hf {
 bool is_hf_model_dir(const std::string& path);
 
 // config.json -> ModelConfig. Refuses what the model cannot represent, naming the key:
-// another model_type or hidden_act, rope_scaling, a head_dim other than hidden / heads,
-// attention_bias on a Llama (it biases o_proj too), a mlp_bias.
+// another model_type or hidden_act, a rope_type other than default, linear, llama3 and yarn,
+// RoPE on part of each head, attention_bias on a Llama (it biases o_proj too), a mlp_bias. A
+// head_dim of its own becomes model.head_dim; rope_scaling (or transformers 5's
+// rope_parameters) becomes model.rope_scaling and its parameters.
 layers::ModelConfig read_hf_config(const std::string& dir);
 // config.json's max_position_embeddings (the context it was trained for), 0 without one.
 int64_t read_hf_max_positions(const std::string& dir);

@@ -68,7 +68,9 @@ PlanParameters plan_parameters(const TrainConfig& c, const PlanRank& rank) {
   const int64_t o = m.heads * d / T * h;
   const int64_t mlp = 3 * h * m.ffn_hidden / T;
   const int64_t norms = 2 * h;
-  p.held = stage.layers * (q + 2 * kv_one + o + mlp + norms);
+  const int64_t qk_norms = m.qk_norm ? 2 * d : 0;  // whole on every TP rank, gradients summed
+  p.held = stage.layers * (q + 2 * kv_one + o + mlp + norms + qk_norms);
+  if (T > 1) p.partial_over_tp += stage.layers * qk_norms;
   const bool sequence = c.layout.sequence_parallel && T > 1;
   if (kv_replicated) p.partial_over_tp += stage.layers * 2 * kv_one;
   if (sequence) p.partial_over_tp += stage.layers * norms + (stage.last ? h : 0);

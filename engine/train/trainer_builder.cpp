@@ -5,7 +5,9 @@
 #include <fnmatch.h>
 
 #include <cstdio>
+#include <optional>
 #include <ostream>
+#include <tuple>
 
 #include "common/machine_memory.h"
 #include "common/user_error.h"
@@ -38,6 +40,23 @@ parallel::TransportChoice transport_choice(GpuTransport key) {
       break;
   }
   return parallel::TransportChoice::automatic;
+}
+
+// The teacher.* sizes given in the config against the teacher's own description at `path`.
+void require_teacher_sizes(const TeacherKeys& keys, const layers::ModelConfig& stored,
+                           const std::string& path) {
+  for (const auto& [key, given, held] :
+       std::initializer_list<std::tuple<const char*, int64_t, int64_t>>{
+           {"teacher.hidden", keys.hidden, stored.hidden},
+           {"teacher.layers", keys.layers, stored.layers},
+           {"teacher.heads", keys.heads, stored.heads},
+           {"teacher.kv_heads", keys.kv_heads, stored.kv_heads},
+           {"teacher.ffn_hidden", keys.ffn_hidden, stored.ffn_hidden},
+           {"teacher.head_dim", keys.head_dim, stored.head_dim()}})
+    if (given > 0 && given != held)
+      throw UserError(std::string(key) + "=" + std::to_string(given) + ", but the teacher at '" +
+                      path + "' has " + std::to_string(held) +
+                      " (leave the teacher's sizes out to take its own)");
 }
 
 class TrainerBuilder {
@@ -365,12 +384,16 @@ void TrainerBuilder::build_distiller() {
   if (!settings.keys.checkpoint.empty()) {
     teacher_path =
         hf_teacher ? settings.keys.checkpoint : resolve_checkpoint(settings.keys.checkpoint);
-    // Without explicit teacher sizes, the checkpoint's own model description decides (a
-    // Hugging Face directory's config.json).
-    if (hf_teacher && !settings.teacher_shape_given)
-      teacher_model = hf::read_hf_config(teacher_path);
-    else if (!settings.teacher_shape_given)
-      if (auto stored = read_checkpoint_model(teacher_path)) teacher_model = *stored;
+    // The teacher's own description (a Hugging Face directory's config.json, or the
+    // checkpoint's) decides everything about it, its RoPE scaling included; teacher.* sizes,
+    // where given, must agree with it.
+    const std::optional<layers::ModelConfig> stored =
+        hf_teacher ? std::optional<layers::ModelConfig>(hf::read_hf_config(teacher_path))
+                   : read_checkpoint_model(teacher_path);
+    if (stored) {
+      require_teacher_sizes(settings.keys, *stored, teacher_path);
+      teacher_model = *stored;
+    }
     const parallel::Layout& layout = config_.layout;
     parallel::resolve_layout(
         layout, layout.tensor * layout.pipeline * layout.data,

@@ -137,6 +137,10 @@ if wanted config; then
   expect "missing config" "cannot open config file '$work/none.yaml'" -- "$train" "$work/none.yaml"
   expect "bf16 DP sums without bf16" "parallel.dp_reduce_dtype: bfloat16 needs model.dtype: bfloat16" -- \
     "$train" "$configs/tiny.yaml" "${base[@]}" parallel.dp_reduce_dtype=bfloat16
+  expect "llama3 RoPE without its original context" "model.rope_scaling=llama3 needs model.rope_original_context" -- \
+    "$train" "$configs/tiny.yaml" "${base[@]}" model.rope_scaling=llama3 model.rope_factor=8
+  expect "odd own head_dim" "model.head_dim=15 must be even for RoPE" -- \
+    "$train" "$configs/tiny.yaml" "${base[@]}" model.head_dim=15
   expect "malformed override" "malformed override 'training.steps'" -- \
     "$train" "$configs/tiny.yaml" "${base[@]}" training.steps
   expect "override of unknown key" "did you mean 'optimizer.lr'" -- \
@@ -383,6 +387,12 @@ if wanted convert; then
   edit_config "$work/hf_layers" num_hidden_layers 0
   expect "import: no layers" "num_hidden_layers 0 is outside" -- \
     "$convert" import "$work/hf_layers" "$work/imported_layers"
+  edit_config "$work/hf_longrope" rope_scaling '{"rope_type": "longrope", "factor": 4.0}'
+  expect "import: a RoPE scaling Retort cannot compute" "rope_scaling.rope_type 'longrope' is not supported" -- \
+    "$convert" import "$work/hf_longrope" "$work/imported_longrope"
+  edit_config "$work/hf_partial" partial_rotary_factor 0.75
+  expect "import: RoPE on part of each head (Phi-4-mini)" "partial_rotary_factor (RoPE on part of each head) is not supported" -- \
+    "$convert" import "$work/hf_partial" "$work/imported_partial"
   rm -rf "$work/hf_nan" && cp -r "$work/hf" "$work/hf_nan"
   sed -i 's/"rms_norm_eps": [^,}]*/"rms_norm_eps": NaN/' "$work/hf_nan/config.json"
   expect "import: NaN in config.json" "config.json' is not valid JSON at byte" -- \

@@ -12,7 +12,9 @@ pinned in tools/requirements.txt).
                           unless its logits match the reference within 1e-5 of their largest
                           magnitude.
 
-VARIANT: llama_gqa_tied | llama_gqa_untied | mistral_window | qwen2_bias"""
+VARIANT: llama_gqa_tied | llama_gqa_untied | mistral_window | qwen2_bias | mistral_head_dim |
+         llama3_rope | llama_linear_rope | qwen2_yarn (the RoPE scalings' original context is 8
+         positions, shorter than the reference's sequence) | qwen3_qk_norm"""
 import os
 import sys
 
@@ -31,6 +33,24 @@ VARIANTS = {
     "llama_gqa_untied": (4, 2, False, None, "Llama"),
     "mistral_window": (4, 1, False, 5, "Mistral"),
     "qwen2_bias": (4, 2, False, None, "Qwen2"),  # Qwen2's q, k and v projections carry a bias
+    "mistral_head_dim": (4, 2, False, None, "Mistral"),  # Mistral-Nemo's own head_dim, below
+    "llama3_rope": (4, 2, True, None, "Llama"),  # Llama 3.2's RoPE scaling, below
+    "llama_linear_rope": (4, 2, False, None, "Llama"),
+    "qwen2_yarn": (4, 2, False, None, "Qwen2"),
+    "qwen3_qk_norm": (4, 2, True, None, "Qwen3"),  # per-head q and k norms, its own head_dim
+}
+# Config keys beyond the shared ones: heads 12 wide where hidden / heads is 8; RoPE scalings
+# whose original context (8) is shorter than SEQ.
+EXTRA = {
+    "mistral_head_dim": {"head_dim": 12},
+    "qwen3_qk_norm": {"head_dim": 12},
+    "llama3_rope": {"rope_parameters": {"rope_type": "llama3", "rope_theta": THETA, "factor": 4.0,
+                                        "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                        "original_max_position_embeddings": 8}},
+    "llama_linear_rope": {"rope_parameters": {"rope_type": "linear", "rope_theta": THETA,
+                                              "factor": 2.0}},
+    "qwen2_yarn": {"rope_parameters": {"rope_type": "yarn", "rope_theta": THETA, "factor": 4.0,
+                                       "original_max_position_embeddings": 8}},
 }
 
 
@@ -44,6 +64,7 @@ def build(variant):
                   max_position_embeddings=64, rope_theta=THETA)
     if window:
         kwargs["sliding_window"] = window
+    kwargs.update(EXTRA.get(variant, {}))
     config = config_class(**kwargs)
     config._attn_implementation = "eager"  # the plain softmax(QK^T)V, masks as the model builds them
     torch.manual_seed(sum(map(ord, variant)))

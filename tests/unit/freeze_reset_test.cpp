@@ -116,6 +116,32 @@ TEST(Teacher, ShapeComesFromItsCheckpoint) {
   EXPECT_TRUE(std::isfinite(student.train_step().loss));
 }
 
+// Teacher sizes given beside a teacher checkpoint must agree with it, and the checkpoint's own
+// description still decides the rest (its RoPE here), not the student's keys.
+TEST(Teacher, GivenSizesMustAgreeWithItsCheckpoint) {
+  const std::string dir = fresh("rope_teacher");
+  Trainer teacher(small(dir, {"model.hidden=96", "model.heads=4", "model.kv_heads=2",
+                              "model.ffn_hidden=160", "model.rope_theta=500"}),
+                  nullptr);
+  teacher.run();
+  Trainer agreeing(
+      small(fresh("agreeing"), {"teacher.checkpoint=" + dir, "teacher.hidden=96",
+                                "distill.logit_weight=1", "checkpoint.save_at_end=false"}),
+      nullptr);
+  EXPECT_EQ(agreeing.teacher()->config().rope_theta, 500.0);
+  try {
+    Trainer disagreeing(
+        small(fresh("disagreeing"),
+              {"teacher.checkpoint=" + dir, "teacher.hidden=128", "distill.logit_weight=1"}),
+        nullptr);
+    FAIL() << "a teacher.hidden the checkpoint does not have was accepted";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("teacher.hidden=128, but the teacher at"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Reset, LoadingIsStrict) {
   const std::string dir = fresh("strict");
   Trainer source(small(dir, {}), nullptr);

@@ -73,8 +73,9 @@ torch::Tensor reference_tensor(const std::string& dir, const std::string& name,
   return out;
 }
 
-const char* kTransformersVariants[] = {"llama_gqa_tied", "llama_gqa_untied", "mistral_window",
-                                       "qwen2_bias"};
+const char* kTransformersVariants[] = {"llama_gqa_tied",    "llama_gqa_untied", "mistral_window",
+                                       "qwen2_bias",        "mistral_head_dim", "llama3_rope",
+                                       "llama_linear_rope", "qwen2_yarn",       "qwen3_qk_norm"};
 
 // Retort's forward of the model in `dir` on its reference tokens, against the reference logits.
 void expect_logits_match(const std::string& dir, const std::string& what) {
@@ -133,6 +134,34 @@ TEST(HfImport, WindowAndBiasAreReadFromConfig) {
   EXPECT_TRUE(qwen.qkv_bias);
   EXPECT_FALSE(qwen.tied_embeddings);
   EXPECT_TRUE(hf::read_hf_config(make_reference("llama_gqa_tied")).tied_embeddings);
+}
+
+// Mistral-Nemo's layout: heads of their own width (12, where hidden / heads is 8) are read as
+// model.head_dim, change the projections' shapes, and are written back on export; the logits
+// tests above compare the model built from them with transformers'.
+TEST(HfImport, OwnHeadDimIsReadAndWrittenBack) {
+  const std::string dir = make_transformers_reference("mistral_head_dim");
+  const layers::ModelConfig config = hf::read_hf_config(dir);
+  EXPECT_EQ(config.head_dim(), 12);
+  EXPECT_EQ(config.explicit_head_dim, 12);
+  layers::ParameterStore store(0, torch::kFloat);
+  layers::LlamaModel model(config, store);
+  EXPECT_EQ(store.find("layers.0.attn.q_proj.weight")->value.sizes().vec(),
+            (std::vector<int64_t>{48, 32}));
+  EXPECT_EQ(store.find("layers.0.attn.o_proj.weight")->value.sizes().vec(),
+            (std::vector<int64_t>{32, 48}));
+  EXPECT_NE(hf::hf_config_json(config).find("\"head_dim\": 12"), std::string::npos);
+  // Qwen3: per-head query and key norms of head_dim, whole on each rank.
+  const layers::ModelConfig qwen3 =
+      hf::read_hf_config(make_transformers_reference("qwen3_qk_norm"));
+  EXPECT_TRUE(qwen3.qk_norm);
+  EXPECT_EQ(qwen3.head_dim(), 12);
+  layers::ParameterStore qwen3_store(0, torch::kFloat);
+  layers::LlamaModel qwen3_model(qwen3, qwen3_store);
+  EXPECT_EQ(qwen3_store.find("layers.1.attn.k_norm.weight")->value.sizes().vec(),
+            (std::vector<int64_t>{12}));
+  // Where head_dim is hidden / heads, it stays implicit.
+  EXPECT_EQ(hf::read_hf_config(make_transformers_reference("qwen2_bias")).explicit_head_dim, 0);
 }
 
 TEST(HfImport, ExportThenImportGivesByteIdenticalTensors) {
@@ -224,4 +253,26 @@ TEST(HfExport, BFloat16ExportOfMainWeightsReloadsToTheMixedPrecisionLogits) {
   const torch::Tensor real_b = b.narrow(-1, 0, config.vocab_size);
   EXPECT_TRUE(torch::equal(real_a, real_b))
       << "largest difference " << (real_a - real_b).abs().max().item<double>();
+}
+
+// The RoPE scalings are read with their parameters (the logits tests above compare the tables
+// built from them with transformers' on a sequence past the original context) and written back
+// so that transformers reads the same (HfExport above).
+TEST(HfImport, RopeScalingIsReadWithItsParameters) {
+  const layers::ModelConfig llama3 = hf::read_hf_config(make_transformers_reference("llama3_rope"));
+  EXPECT_EQ(llama3.rope_scaling, layers::RopeScaling::llama3);
+  EXPECT_EQ(llama3.rope_factor, 4.0);
+  EXPECT_EQ(llama3.rope_low_freq_factor, 1.0);
+  EXPECT_EQ(llama3.rope_high_freq_factor, 4.0);
+  EXPECT_EQ(llama3.rope_original_context, 8);
+  const layers::ModelConfig yarn = hf::read_hf_config(make_transformers_reference("qwen2_yarn"));
+  EXPECT_EQ(yarn.rope_scaling, layers::RopeScaling::yarn);
+  EXPECT_EQ(yarn.rope_original_context, 8);
+  EXPECT_EQ(yarn.rope_beta_fast, 32.0);
+  const layers::ModelConfig linear =
+      hf::read_hf_config(make_transformers_reference("llama_linear_rope"));
+  EXPECT_EQ(linear.rope_scaling, layers::RopeScaling::linear);
+  EXPECT_EQ(linear.rope_factor, 2.0);
+  EXPECT_EQ(hf::read_hf_config(make_transformers_reference("llama_gqa_tied")).rope_scaling,
+            layers::RopeScaling::none);
 }
