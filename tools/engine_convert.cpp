@@ -1,6 +1,7 @@
 // tools/engine_convert.cpp: Hugging Face Llama-family models in and out.
 //   engine_convert import HF_DIR CHECKPOINT_DIR [--force] [--set-latest]
 //   engine_convert export CHECKPOINT_DIR HF_DIR [--dtype F32|BF16|F16] [--shard-size BYTES]
+//                  [--model-type phi3]
 // Import reads config.json and model.safetensors (or its sharded form) into a Retort
 // checkpoint; it refuses an existing checkpoint unless --force, and leaves the destination
 // folder's `latest` alone unless --set-latest. Export writes config.json and safetensors
@@ -28,14 +29,16 @@ int convert(int argc, char** argv) {
   po::options_description visible(
       "Usage: engine_convert import HF_DIR CHECKPOINT_DIR\n"
       "       engine_convert export CHECKPOINT_DIR HF_DIR [options]");
-  std::string dtype = "F32";
+  std::string dtype = "F32", model_type;
   int64_t shard_size = int64_t(5) << 30;  // signed, so that -5 is refused, not read as 2^64-5
   hf::ImportOptions import_options;
   visible.add_options()("help,h", "print this help and exit")("dtype", po::value(&dtype),
                                                               "export dtype: F32, BF16 or F16")(
       "shard-size", po::value(&shard_size), "export: largest safetensors file in bytes")(
-      "force", po::bool_switch(&import_options.force),
-      "import: replace an existing checkpoint at CHECKPOINT_DIR")(
+      "model-type", po::value(&model_type),
+      "export: phi3 writes Phi-3's layout (q, k, v and gate, up fused); default: the type "
+      "that follows from the model")("force", po::bool_switch(&import_options.force),
+                                     "import: replace an existing checkpoint at CHECKPOINT_DIR")(
       "set-latest", po::bool_switch(&import_options.set_latest),
       "import: point the `latest` file beside CHECKPOINT_DIR at the import");
   po::options_description all;
@@ -79,6 +82,7 @@ int convert(int argc, char** argv) {
                     std::to_string(shard_size));
   options.dtype = *parsed;
   options.shard_bytes = uint64_t(shard_size);
+  options.model_type = model_type;
   const std::vector<std::string> removed = hf::export_hf(positional[1], positional[2], options);
   if (!removed.empty()) {
     std::cout << "removed the weight files of an earlier export:";

@@ -8,12 +8,14 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
 
 #include "common/machine_memory.h"
 #include "common/make_directories.h"
 #include "common/user_error.h"
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/hf/hf_model.h"
+#include "engine/hf/hf_phi3.h"
 #include "layers/model.h"
 #include "parallel/mesh.h"
 
@@ -55,6 +57,16 @@ bool is_export_weight_file(const std::string& name) {
   return std::regex_match(name, pattern);
 }
 
+// Our name of a Llama-layout Hugging Face name of a layer ("model.layers.3.self_attn.q_proj.weight"
+// -> "layers.3.attn.q_proj.weight"), the inverse of hf_name for the parts Phi-3 fuses.
+std::string our_name(const std::string& theirs) {
+  static const std::regex layer(R"(model\.layers\.(\d+)\.(self_attn|mlp)\.(.+))");
+  std::smatch m;
+  if (!std::regex_match(theirs, m, layer)) throw UserError("no Retort name for '" + theirs + "'");
+  return "layers." + m[1].str() + "." + (m[2].str() == "self_attn" ? "attn" : "mlp") + "." +
+         m[3].str();
+}
+
 void write_text(const fs::path& path, const std::string& text) {
   {
     std::ofstream out(path.string() + ".partial");
@@ -74,17 +86,32 @@ std::vector<std::string> export_hf(const std::string& checkpoint, const std::str
   const torch::ScalarType dtype = torch_dtype_of(options.dtype);
   const engine::CheckpointReader reader(checkpoint);
 
+  // Refused before anything is written: a layout the model cannot take.
+  hf_config_json(*config, "float32", options.model_type);
   // The tensors, their Hugging Face names and shapes, grouped into shards by size.
   struct Item {
-    std::string ours, theirs;
+    std::vector<std::string> ours;  // joined along rows (Phi-3's fused tensors), else one
+    std::string theirs;
     std::vector<int64_t> shape;
   };
+  const bool phi3 = options.model_type == "phi3";
+  std::set<std::string> fused_done;
   std::vector<std::vector<Item>> shards(1);
   uint64_t shard_size = 0, total = 0;
   for (const std::string& ours : export_order(reader.parameter_names())) {
     const std::optional<std::string> theirs = hf_name(ours);
     if (!theirs) continue;  // a distillation projection: not part of the model
-    Item item{ours, *theirs, reader.shape(ours)};
+    Item item{{ours}, *theirs, reader.shape(ours)};
+    if (const std::optional<FusedRows> rows = phi3 ? phi3_rows(*theirs, *config) : std::nullopt) {
+      if (!fused_done.insert(rows->tensor).second) continue;  // written with its first part
+      item.theirs = rows->tensor;
+      item.ours.clear();
+      item.shape[0] = 0;
+      for (const std::string& part : phi3_parts(rows->tensor)) {
+        item.ours.push_back(our_name(part));
+        item.shape[0] += reader.shape(item.ours.back())[0];
+      }
+    }
     const uint64_t bytes = uint64_t(torch::elementSize(dtype)) *
                            uint64_t(std::accumulate(item.shape.begin(), item.shape.end(),
                                                     int64_t(1), std::multiplies<int64_t>()));
@@ -118,7 +145,9 @@ std::vector<std::string> export_hf(const std::string& checkpoint, const std::str
     for (const Item& item : shards[s]) entries.push_back({item.theirs, options.dtype, item.shape});
     SafetensorsWriter writer((fs::path(out_dir) / file_name).string(), entries, {{"format", "pt"}});
     for (const Item& item : shards[s]) {
-      torch::Tensor t = reader.parameter(item.ours).to(dtype).contiguous();
+      std::vector<torch::Tensor> parts;
+      for (const std::string& ours : item.ours) parts.push_back(reader.parameter(ours).to(dtype));
+      torch::Tensor t = (parts.size() == 1 ? parts[0] : torch::cat(parts, 0)).contiguous();
       writer.write(item.theirs, t.data_ptr(), size_t(t.numel() * t.element_size()));
       weight_map[item.theirs] = file_name;
     }
@@ -133,7 +162,8 @@ std::vector<std::string> export_hf(const std::string& checkpoint, const std::str
   const char* type_name = dtype == torch::kBFloat16 ? "bfloat16"
                           : dtype == torch::kHalf   ? "float16"
                                                     : "float32";
-  write_text(fs::path(out_dir) / "config.json", hf_config_json(*config, type_name));
+  write_text(fs::path(out_dir) / "config.json",
+             hf_config_json(*config, type_name, options.model_type));
   return removed;
 }
 

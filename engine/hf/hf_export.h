@@ -15,6 +15,9 @@ namespace retort::hf {
 struct ExportOptions {
   uint64_t shard_bytes = 5ull << 30;  // Hugging Face's default max_shard_size, 5 GB
   StDtype dtype = StDtype::F32;       // F32, BF16 or F16
+  // "" = the model's own type (hf_config_json); "phi3": Phi-3's layout, q/k/v and gate/up
+  // joined into qkv_proj and gate_up_proj (engine/hf/hf_phi3.h).
+  std::string model_type;
 };
 
 // `checkpoint`: a Retort checkpoint directory (with its model description). The directory is

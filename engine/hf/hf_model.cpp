@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "common/user_error.h"
+#include "engine/hf/hf_phi3.h"
 #include "layers/sharding.h"
 
 namespace fs = std::filesystem;
@@ -121,6 +122,11 @@ bool is_hf_model_dir(const std::string& path) {
   return fs::is_directory(path) && fs::is_regular_file(fs::path(path) / "config.json");
 }
 
+std::string read_hf_model_type(const std::string& dir) {
+  const std::string source = (fs::path(dir) / "config.json").string();
+  return get_key<std::string>(read_json(source), "model_type", source);
+}
+
 int64_t read_hf_max_positions(const std::string& dir) {
   const nlohmann::json j = read_json((fs::path(dir) / "config.json").string());
   const auto it = j.find("max_position_embeddings");
@@ -216,9 +222,9 @@ layers::ModelConfig read_hf_config(const std::string& dir) {
   const std::string source = (fs::path(dir) / "config.json").string();
   const nlohmann::json j = read_json(source);
   const std::string type = get_key<std::string>(j, "model_type", source);
-  if (type != "llama" && type != "mistral" && type != "qwen2" && type != "qwen3")
+  if (type != "llama" && type != "mistral" && type != "qwen2" && type != "qwen3" && type != "phi3")
     throw UserError("'" + source + "': model_type '" + type +
-                    "' is not one Retort reads (llama, mistral, qwen2, qwen3)");
+                    "' is not one Retort reads (llama, mistral, qwen2, qwen3, phi3)");
   const std::string act = get_or<std::string>(j, "hidden_act", "silu", source);
   if (act != "silu") throw UserError("'" + source + "': hidden_act '" + act + "' (only silu)");
   // RoPE's settings: transformers 5 writes rope_parameters {rope_type, rope_theta, ...}; earlier
@@ -289,15 +295,23 @@ layers::ModelConfig read_hf_config(const std::string& dir) {
   } else if (get_or<bool>(j, "attention_bias", false, source)) {
     throw UserError("'" + source + "': attention_bias also biases o_proj, which Retort lacks");
   }
-  if (type == "mistral") c.sliding_window = get_or<int64_t>(j, "sliding_window", 0, source);
+  if (type == "mistral" || type == "phi3")  // Phi-3-mini's attention has a window too
+    c.sliding_window = get_or<int64_t>(j, "sliding_window", 0, source);
   return c;
 }
 
-std::string hf_config_json(const layers::ModelConfig& c, const std::string& weights_dtype) {
+std::string hf_config_json(const layers::ModelConfig& c, const std::string& weights_dtype,
+                           const std::string& model_type) {
   if (!c.layer_windows.empty())
     throw UserError("model.layer_windows: per-layer windows have no Hugging Face Llama config");
+  if (!model_type.empty() && model_type != "phi3")
+    throw UserError("--model-type '" + model_type +
+                    "': only phi3 is asked for (the others follow from the model)");
+  if (model_type == "phi3" && (c.qkv_bias || c.qk_norm))
+    throw UserError("--model-type phi3: Phi-3 has no qkv bias and no q/k norms");
   nlohmann::json j;
-  const std::string type = c.qk_norm              ? "qwen3"
+  const std::string type = !model_type.empty()    ? model_type
+                           : c.qk_norm            ? "qwen3"
                            : c.qkv_bias           ? "qwen2"
                            : c.sliding_window > 0 ? "mistral"
                                                   : "llama";
@@ -310,7 +324,8 @@ std::string hf_config_json(const layers::ModelConfig& c, const std::string& weig
   static const std::map<std::string, std::string> arch = {{"llama", "LlamaForCausalLM"},
                                                           {"mistral", "MistralForCausalLM"},
                                                           {"qwen2", "Qwen2ForCausalLM"},
-                                                          {"qwen3", "Qwen3ForCausalLM"}};
+                                                          {"qwen3", "Qwen3ForCausalLM"},
+                                                          {"phi3", "Phi3ForCausalLM"}};
   j["architectures"] = {arch.at(type)};
   j["model_type"] = type;
   j["vocab_size"] = c.vocab_size;
@@ -333,7 +348,10 @@ std::string hf_config_json(const layers::ModelConfig& c, const std::string& weig
   j["torch_dtype"] = weights_dtype;  // transformers 4's name
   j["dtype"] = weights_dtype;        // transformers 5's
   if (type == "llama" || type == "qwen3") j["attention_bias"] = false;
-  if (type == "mistral") j["sliding_window"] = c.sliding_window;
+  if (type == "mistral" || (type == "phi3" && c.sliding_window > 0))
+    j["sliding_window"] = c.sliding_window;
+  // Phi3Config's default pad id (32000) is an embedding row it marks; Retort keeps none.
+  if (type == "phi3") j["pad_token_id"] = nullptr;
   return j.dump(2) + "\n";
 }
 
@@ -420,7 +438,7 @@ namespace {
 
 // The Hugging Face names of every weight of a model of this shape (all layers, whichever
 // stage is loading).
-std::set<std::string> model_hf_names(const layers::ModelConfig& c) {
+std::set<std::string> model_hf_names(const layers::ModelConfig& c, bool phi3) {
   std::set<std::string> names = {"model.embed_tokens.weight", "model.norm.weight"};
   if (!c.tied_embeddings) names.insert("lm_head.weight");
   for (int64_t i = 0; i < c.layers; ++i) {
@@ -438,7 +456,13 @@ std::set<std::string> model_hf_names(const layers::ModelConfig& c) {
       for (const char* n : {"self_attn.q_norm.weight", "self_attn.k_norm.weight"})
         names.insert(p + n);
   }
-  return names;
+  if (!phi3) return names;
+  std::set<std::string> fused;  // Phi-3's: q, k, v and gate, up as one tensor each
+  for (const std::string& name : names) {
+    const std::optional<FusedRows> rows = phi3_rows(name, c);
+    fused.insert(rows ? rows->tensor : name);
+  }
+  return fused;
 }
 
 }  // namespace
@@ -446,9 +470,10 @@ std::set<std::string> model_hf_names(const layers::ModelConfig& c) {
 void load_hf_parameters(const std::string& dir, const layers::ModelConfig& config,
                         layers::ParameterStore& store, const layers::TensorParallel& tp) {
   const HfWeights weights(dir);
+  const bool phi3 = read_hf_model_type(dir) == "phi3";
   // Strict both ways: a tensor this model has no place for means the wrong model or config.
   // Old exports carry RoPE's inv_freq buffers, and tied models sometimes a copy of the head.
-  const std::set<std::string> expected = model_hf_names(config);
+  const std::set<std::string> expected = model_hf_names(config, phi3);
   for (const std::string& name : weights.names()) {
     const bool ignorable = name.find("rotary_emb.inv_freq") != std::string::npos ||
                            (config.tied_embeddings && name == "lm_head.weight");
@@ -461,22 +486,33 @@ void load_hf_parameters(const std::string& dir, const layers::ModelConfig& confi
     const std::string ours = p.spec.tied_copy ? "embed.weight" : p.spec.name;
     const std::optional<std::string> name = hf_name(ours);
     if (!name) continue;  // not a model weight (a distillation projection)
-    const StTensor* entry = weights.find(*name);
+    // Phi-3: its rows of a fused tensor.
+    const std::optional<FusedRows> rows = phi3 ? phi3_rows(*name, config) : std::nullopt;
+    const std::string stored = rows ? rows->tensor : *name;
+    const StTensor* entry = weights.find(stored);
     if (!entry && ours == "lm_head.weight" && config.tied_embeddings)
       throw UserError("'" + dir +
                       "': tensor 'lm_head.weight' is missing: that model ties its "
                       "head to the embedding (tie_word_embeddings), this one does not (set "
                       "model.tied_embeddings: true)");
     if (!entry)
-      throw UserError("'" + dir + "': tensor '" + *name + "' (our " + ours + ") is missing");
-    if (entry->shape != p.spec.shape) {
+      throw UserError("'" + dir + "': tensor '" + stored + "' (our " + ours + ") is missing");
+    std::vector<int64_t> shape = entry->shape;
+    if (rows && !shape.empty()) {  // the fused tensor must hold exactly its parts' rows
+      const int64_t total = rows->tensor.find("qkv") != std::string::npos
+                                ? (config.heads + 2 * config.kv_heads) * config.head_dim()
+                                : 2 * config.ffn_hidden;
+      shape[0] = shape[0] == total ? rows->rows : -1;
+    }
+    if (shape != p.spec.shape) {
       std::string want, got;
       for (int64_t d : p.spec.shape) want += (want.empty() ? "" : ",") + std::to_string(d);
       for (int64_t d : entry->shape) got += (got.empty() ? "" : ",") + std::to_string(d);
-      throw UserError("'" + dir + "': tensor '" + *name + "' has shape [" + got +
-                      "], the model needs [" + want + "]");
+      throw UserError("'" + dir + "': tensor '" + stored + "' has shape [" + got +
+                      "], the model needs [" + want + "]" + (rows ? " as its rows of it" : ""));
     }
-    torch::Tensor global = weights.read(*name, p.value.scalar_type());
+    torch::Tensor global = weights.read(stored, p.value.scalar_type());
+    if (rows) global = global.narrow(0, rows->first_row, rows->rows).contiguous();
     p.value.copy_(layers::from_global(global, p.spec, tp, p.value));
   }
 }

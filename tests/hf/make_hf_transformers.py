@@ -2,11 +2,13 @@
 import and export (run with tools/python: transformers, safetensors and torch from PyPI,
 pinned in tools/requirements.txt).
 
-  make  OUT_DIR VARIANT   builds LlamaForCausalLM, MistralForCausalLM or Qwen2ForCausalLM
-                          from a config with random weights, writes it with save_pretrained
+  make  OUT_DIR VARIANT   builds a Llama, Mistral, Qwen2, Qwen3 or Phi-3 ForCausalLM from a
+                          config with random weights, writes it with save_pretrained
                           (config.json and safetensors, as a user's checkpoint is), and writes
-                          reference.safetensors: a batch of tokens (I64) and transformers' own
-                          fp32 forward logits for them (F32).
+                          reference.safetensors: a batch of tokens (I64), transformers' own
+                          fp32 forward logits for them (F32), and a prompt (the first row's
+                          first PROMPT tokens) with the GENERATED tokens transformers'
+                          greedy generate() continues it with (I64).
   check DIR REFERENCE_DIR loads DIR (a Retort export) with from_pretrained, whose weights
                           the safetensors library reads, runs the same tokens and exits 1
                           unless its logits match the reference within 1e-5 of their largest
@@ -14,7 +16,7 @@ pinned in tools/requirements.txt).
 
 VARIANT: llama_gqa_tied | llama_gqa_untied | mistral_window | qwen2_bias | mistral_head_dim |
          llama3_rope | llama_linear_rope | qwen2_yarn (the RoPE scalings' original context is 8
-         positions, shorter than the reference's sequence) | qwen3_qk_norm"""
+         positions, shorter than the reference's sequence) | qwen3_qk_norm | phi3_layout"""
 import os
 import sys
 
@@ -26,6 +28,7 @@ import transformers
 from safetensors.torch import load_file, save_file
 
 HIDDEN, LAYERS, FFN, VOCAB, SEQ, BATCH = 32, 2, 48, 101, 12, 2
+PROMPT, GENERATED = 5, 10  # the generation runs past the RoPE scalings' original context
 THETA, EPS = 5000.0, 1e-5
 # heads, kv heads, tied head, sliding window, class
 VARIANTS = {
@@ -38,12 +41,14 @@ VARIANTS = {
     "llama_linear_rope": (4, 2, False, None, "Llama"),
     "qwen2_yarn": (4, 2, False, None, "Qwen2"),
     "qwen3_qk_norm": (4, 2, True, None, "Qwen3"),  # per-head q and k norms, its own head_dim
+    "phi3_layout": (4, 2, False, None, "Phi3"),  # q, k, v and gate, up stored fused
 }
 # Config keys beyond the shared ones: heads 12 wide where hidden / heads is 8; RoPE scalings
 # whose original context (8) is shorter than SEQ.
 EXTRA = {
     "mistral_head_dim": {"head_dim": 12},
     "qwen3_qk_norm": {"head_dim": 12},
+    "phi3_layout": {"pad_token_id": None},  # its default id (32000) is beyond this vocabulary
     "llama3_rope": {"rope_parameters": {"rope_type": "llama3", "rope_theta": THETA, "factor": 4.0,
                                         "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                                         "original_max_position_embeddings": 8}},
@@ -87,7 +92,12 @@ def make(out, variant):
     model.save_pretrained(out, safe_serialization=True)
     generator = torch.Generator().manual_seed(7)
     tokens = torch.randint(VOCAB, (BATCH, SEQ), generator=generator)
-    save_file({"tokens": tokens, "logits": logits_of(model, tokens).contiguous()},
+    prompt = tokens[:1, :PROMPT].clone()  # its own storage: safetensors refuses shared ones
+    with torch.no_grad():  # greedy; no end-of-text token may stop it early
+        generated = model.generate(prompt, max_new_tokens=GENERATED, min_new_tokens=GENERATED,
+                                   do_sample=False, pad_token_id=0)[:, PROMPT:]
+    save_file({"tokens": tokens, "logits": logits_of(model, tokens).contiguous(),
+               "prompt": prompt, "generated": generated.contiguous()},
               os.path.join(out, "reference.safetensors"))
 
 

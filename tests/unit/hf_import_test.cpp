@@ -19,10 +19,12 @@
 #include <cstring>
 #include <filesystem>
 
+#include "engine/generate/generator.h"
 #include "engine/hf/hf_export.h"
 #include "engine/hf/hf_model.h"
 #include "engine/observe/memory_tracker.h"
 #include "layers/model.h"
+#include "parallel/mesh.h"
 #include "tests/support/scratch_dir.h"
 
 namespace fs = std::filesystem;
@@ -73,9 +75,9 @@ torch::Tensor reference_tensor(const std::string& dir, const std::string& name,
   return out;
 }
 
-const char* kTransformersVariants[] = {"llama_gqa_tied",    "llama_gqa_untied", "mistral_window",
-                                       "qwen2_bias",        "mistral_head_dim", "llama3_rope",
-                                       "llama_linear_rope", "qwen2_yarn",       "qwen3_qk_norm"};
+const char* kTransformersVariants[] = {
+    "llama_gqa_tied", "llama_gqa_untied",  "mistral_window", "qwen2_bias",    "mistral_head_dim",
+    "llama3_rope",    "llama_linear_rope", "qwen2_yarn",     "qwen3_qk_norm", "phi3_layout"};
 
 // Retort's forward of the model in `dir` on its reference tokens, against the reference logits.
 void expect_logits_match(const std::string& dir, const std::string& what) {
@@ -117,6 +119,45 @@ TEST(HfExport, TransformersLoadsTheExportAndGivesItsOwnLogits) {
     options.shard_bytes = 20000;  // several shards, with an index
     hf::export_hf((work / "imported").string(), (work / "exported").string(), options);
     EXPECT_TRUE(transformers_matches((work / "exported").string(), dir)) << variant;
+  }
+  // Phi-3's own layout asked for: q, k, v and gate, up joined again, read by Phi3ForCausalLM.
+  const std::string phi3 = make_transformers_reference("phi3_layout");
+  const fs::path work = test_dir() / "phi3_layout_as_phi3";
+  fs::remove_all(work);
+  fs::create_directories(work);
+  hf::import_hf(phi3, (work / "imported").string());
+  hf::ExportOptions options;
+  options.model_type = "phi3";
+  hf::export_hf((work / "imported").string(), (work / "exported").string(), options);
+  const hf::HfWeights original(phi3), exported((work / "exported").string());
+  EXPECT_EQ(original.names(), exported.names());
+  EXPECT_TRUE(
+      torch::equal(original.read("model.layers.1.self_attn.qkv_proj.weight", torch::kFloat),
+                   exported.read("model.layers.1.self_attn.qkv_proj.weight", torch::kFloat)));
+  EXPECT_TRUE(transformers_matches((work / "exported").string(), phi3));
+}
+
+// Greedy generation through the KV cache, past the RoPE scalings' original context, against
+// transformers' generate() on the same model and prompt.
+TEST(HfGenerate, GreedyTokensEqualTransformersGenerate) {
+  std::unique_ptr<parallel::Mesh> mesh = parallel::Mesh::single_process();
+  for (const char* variant : kTransformersVariants) {
+    const std::string dir = make_transformers_reference(variant);
+    const engine::InferenceModel m = engine::load_inference_model(dir, *mesh);
+    const torch::Tensor prompt = reference_tensor(dir, "prompt", torch::kLong).view({-1});
+    const torch::Tensor want = reference_tensor(dir, "generated", torch::kLong).view({-1});
+    engine::SamplingOptions greedy;
+    greedy.max_tokens = want.numel();
+    greedy.temperature = 0;
+    greedy.top_k = 0;
+    const std::vector<int64_t> got =
+        engine::generate(*m.model,
+                         std::vector<int64_t>(prompt.data_ptr<int64_t>(),
+                                              prompt.data_ptr<int64_t>() + prompt.numel()),
+                         greedy);
+    EXPECT_EQ(got, std::vector<int64_t>(want.data_ptr<int64_t>(),
+                                        want.data_ptr<int64_t>() + want.numel()))
+        << variant;
   }
 }
 
