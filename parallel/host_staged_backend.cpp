@@ -17,12 +17,11 @@ torch::Tensor host_copy(const torch::Tensor& t) {
   return host;
 }
 
-// `handle` (an operation writing `host`), then `host` copied into `target`. Both copies stay
-// alive until then.
-Handle copied_back(Handle handle, const torch::Tensor& target, const torch::Tensor& host,
-                   const torch::Tensor& also_kept = {}) {
+// `handle` (an operation writing `host`), then `host` copied into `target`. The MPI handle
+// keeps its own buffers alive until then.
+Handle copied_back(Handle handle, const torch::Tensor& target, const torch::Tensor& host) {
   torch::Tensor out = target;
-  return std::move(handle).then([out, host, also_kept]() mutable { out.copy_(host); });
+  return std::move(handle).then([out, host]() mutable { out.copy_(host); });
 }
 
 }  // namespace
@@ -34,24 +33,24 @@ Handle HostStagedBackend::all_reduce(torch::Tensor& buffer, ReduceOp op) {
 
 Handle HostStagedBackend::all_gather(const torch::Tensor& in, torch::Tensor& out) {
   torch::Tensor host_in = host_copy(in), host_out = host_like(out);
-  return copied_back(mpi_.all_gather(host_in, host_out), out, host_out, host_in);
+  return copied_back(mpi_.all_gather(host_in, host_out), out, host_out);
 }
 
 Handle HostStagedBackend::reduce_scatter(const torch::Tensor& in, torch::Tensor& out, ReduceOp op) {
   torch::Tensor host_in = host_copy(in), host_out = host_like(out);
-  return copied_back(mpi_.reduce_scatter(host_in, host_out, op), out, host_out, host_in);
+  return copied_back(mpi_.reduce_scatter(host_in, host_out, op), out, host_out);
 }
 
 Handle HostStagedBackend::reduce_scatter_v(const torch::Tensor& in, torch::Tensor& out,
                                            const std::vector<int64_t>& counts, ReduceOp op) {
   torch::Tensor host_in = host_copy(in), host_out = host_like(out);
-  return copied_back(mpi_.reduce_scatter_v(host_in, host_out, counts, op), out, host_out, host_in);
+  return copied_back(mpi_.reduce_scatter_v(host_in, host_out, counts, op), out, host_out);
 }
 
 Handle HostStagedBackend::all_gather_v(const torch::Tensor& in, torch::Tensor& out,
                                        const std::vector<int64_t>& counts) {
   torch::Tensor host_in = host_copy(in), host_out = host_like(out);
-  return copied_back(mpi_.all_gather_v(host_in, host_out, counts), out, host_out, host_in);
+  return copied_back(mpi_.all_gather_v(host_in, host_out, counts), out, host_out);
 }
 
 Handle HostStagedBackend::broadcast(torch::Tensor& tensor, int root) {

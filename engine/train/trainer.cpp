@@ -36,9 +36,9 @@ torch::Tensor to_tensor(const std::vector<int64_t>& values, int64_t batch) {
 }  // namespace
 
 torch::Tensor Trainer::placed(const torch::Tensor& host) const {
-  if (device_.is_cpu()) return host;
+  if (parts_.device.is_cpu()) return host;
   // Through pinned memory, without waiting: the copy is queued before the step's kernels.
-  return host.pin_memory().to(device_, /*non_blocking=*/true);
+  return host.pin_memory().to(parts_.device, /*non_blocking=*/true);
 }
 
 Trainer::Trainer(const TrainConfig& config, std::ostream* log)
@@ -57,35 +57,14 @@ Trainer::Trainer(const TrainConfig& config, std::ostream* log,
   const parallel::Layout& layout = config_.layout;
   if (own_mesh_ && layout.tensor * layout.pipeline * layout.data != 1)
     throw UserError("layout " + parallel::describe(layout) + " needs MPI ranks");
-  adopt(build_trainer_parts(config_, log_, mesh_));
+  parts_ = build_trainer_parts(config_, log_, mesh_);
   // Optimizer-in-backward: each parameter steps as the sync reports its gradient final.
-  if (config_.optimizer.in_backward) sync_->set_on_final([this](size_t k) { step_in_backward(k); });
-}
-
-void Trainer::adopt(TrainerParts parts) {
-  tp_ = parts.tp;
-  device_ = parts.device;
-  run_ = std::move(parts.run);
-  store_ = std::move(parts.store);
-  model_ = std::move(parts.model);
-  optimizer_ = std::move(parts.optimizer);
-  teacher_ = std::move(parts.teacher);
-  distiller_ = std::move(parts.distiller);
-  sync_ = std::move(parts.sync);
-  shared_gradient_bytes_ = parts.shared_gradient_bytes;
-  stage_step_ = std::move(parts.stage_step);
-  offloader_ = std::move(parts.offloader);
-  head_gradient_ = parts.head_gradient;
-  head_stepper_ = std::move(parts.head_stepper);
-  gradient_accounting_ = std::move(parts.gradient_accounting);
-  streams_ = std::move(parts.streams);
-  progress_ = parts.progress;
-  flops_per_token_ = parts.flops_per_token;
-  peak_gflops_ = parts.peak_gflops;
+  if (config_.optimizer.in_backward)
+    parts_.sync->set_on_final([this](size_t k) { step_in_backward(k); });
 }
 
 Trainer::~Trainer() {
-  MemoryTracker::install().add_outside(MemoryCategory::gradients, -shared_gradient_bytes_);
+  MemoryTracker::install().add_outside(MemoryCategory::gradients, -parts_.shared_gradient_bytes);
   // The 16-bit copies of this trainer's weights go with its run context.
 }
 
@@ -124,7 +103,7 @@ void Trainer::sum_over_ranks(StepResult& result) {
   for (parallel::Communicator* group : {&mesh_.pp(), &mesh_.gradient_reduction()}) {
     if (group->size() == 1) continue;
     std::vector<double> values = {result.loss};
-    if (distiller_) {
+    if (parts_.distiller) {
       const std::vector<double> parts = result.terms.values();
       values.insert(values.end(), parts.begin(), parts.end());
     }
@@ -132,9 +111,9 @@ void Trainer::sum_over_ranks(StepResult& result) {
     group->all_reduce(t);
     values.assign(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
     result.loss = values[0];
-    if (distiller_) result.terms.assign_values({values.begin() + 1, values.end()});
+    if (parts_.distiller) result.terms.assign_values({values.begin() + 1, values.end()});
   }
-  if (!distiller_) result.terms.lm = result.loss;
+  if (!parts_.distiller) result.terms.lm = result.loss;
 }
 
 std::vector<MicroBatch> Trainer::read_micro_batches(double& target_count) {
@@ -144,11 +123,11 @@ std::vector<MicroBatch> Trainer::read_micro_batches(double& target_count) {
   std::vector<MicroBatch> micro;
   int64_t local_targets = 0;
   for (int64_t m = 0; m < plan.micro_batches_per_step(); ++m) {
-    const int64_t first = plan.first_sample(progress_.step, m);
-    const TokenBatch batch = read_batch(*streams_.train, first, training.micro_batch);
+    const int64_t first = plan.first_sample(parts_.progress.step, m);
+    const TokenBatch batch = read_batch(*parts_.streams.train, first, training.micro_batch);
     const torch::Tensor tokens = to_tensor(batch.inputs, batch.batch);
     micro.push_back({placed(tokens), placed(to_tensor(batch.targets, batch.batch)),
-                     first - progress_.step * training.global_batch, tokens});
+                     first - parts_.progress.step * training.global_batch, tokens});
     local_targets += int64_t(batch.targets.size());  // no padding: every target counts
   }
   // Losses are normalised by the target count of the whole global batch.
@@ -157,56 +136,57 @@ std::vector<MicroBatch> Trainer::read_micro_batches(double& target_count) {
 }
 
 void Trainer::step_in_backward(size_t k) {
-  layers::Parameter& p = store_->all()[k];
+  layers::Parameter& p = parts_.store->all()[k];
   grad_squares_[k] = grad_square(p);
-  optimizer_->step_parameter(k, step_lr_);
+  parts_.optimizer->step_parameter(k, step_lr_);
   p.value.mutable_grad().reset();
 }
 
 void Trainer::clear_gradients() {
-  for (auto& p : store_->all())
+  for (auto& p : parts_.store->all())
     if (p.value.grad().defined()) p.value.mutable_grad().reset();
 }
 
 StepResult Trainer::train_step() {
   using clock = std::chrono::steady_clock;
   StepResult result;
-  result.step = progress_.step + 1;
+  result.step = parts_.progress.step + 1;
   TraceSpan step_span([&] { return "retort step " + std::to_string(result.step); });
   double target_count = 0;
   const std::vector<MicroBatch> micro = read_micro_batches(target_count);
   clear_gradients();
-  sync_->offer_gradient_memory();  // the DP sum's shared region, where it has one
+  parts_.sync->offer_gradient_memory();  // the DP sum's shared region, where it has one
   // The schedule follows optimizer steps taken: a skipped step does not advance it.
-  result.lr = config_.optimizer.schedule.at(optimizer_->steps());
+  result.lr = config_.optimizer.schedule.at(parts_.optimizer->steps());
   const bool in_backward = config_.optimizer.in_backward;
   if (in_backward) {  // parameters step as GradientSync reports them final
-    optimizer_->begin_step();
+    parts_.optimizer->begin_step();
     step_lr_ = result.lr;
-    grad_squares_.assign(store_->all().size(), torch::Tensor());
+    grad_squares_.assign(parts_.store->all().size(), torch::Tensor());
   }
-  if (head_stepper_) {
+  if (parts_.head_stepper) {
     std::vector<torch::Tensor> tokens;
     for (const MicroBatch& b : micro) tokens.push_back(b.host_tokens);  // host-side bookkeeping
-    head_stepper_->begin_step(tokens, result.lr);
+    parts_.head_stepper->begin_step(tokens, result.lr);
   }
-  if (distiller_ && distiller_->uses_activations())  // every stage reports every pair
-    for (const distill::ActivationPair& pair : distiller_->pairs())
+  if (parts_.distiller && parts_.distiller->uses_activations())  // every stage reports every pair
+    for (const distill::ActivationPair& pair : parts_.distiller->pairs())
       result.terms.per_pair[pair.student] = 0;
   distill::PendingTerms pending;  // the step's scalars, read to the host once below
-  stage_step_->train(mesh_.pp(), micro, target_count, result.step, *sync_, inspector_, pending,
-                     result.times);
+  parts_.stage_step->train(mesh_.pp(), micro, target_count, result.step, *parts_.sync, inspector_,
+                           pending, result.times);
 
   auto start = clock::now();
   TraceSpan sync_span([] { return "retort gradient sync"; });
-  sync_->finish();
+  parts_.sync->finish();
   // The gradient norm's square, reduced on the gradients' device.
   auto grad_square = [&] {
-    if (in_backward && head_stepper_)
-      grad_squares_[head_stepper_->index()] = head_stepper_->grad_square();
-    return in_backward
-               ? grad_square_sum(*store_, grad_squares_, tp_, sync_->sharded_over(), &mesh_.pp())
-               : global_grad_square_sum(*store_, tp_, sync_->sharded_over(), &mesh_.pp());
+    if (in_backward && parts_.head_stepper)
+      grad_squares_[parts_.head_stepper->index()] = parts_.head_stepper->grad_square();
+    return in_backward ? grad_square_sum(*parts_.store, grad_squares_, parts_.tp,
+                                         parts_.sync->sharded_over(), &mesh_.pp())
+                       : global_grad_square_sum(*parts_.store, parts_.tp,
+                                                parts_.sync->sharded_over(), &mesh_.pp());
   };
   // Read with the loss and its terms in the step's one transfer to the host; except that an
   // inspector's on_gradients (tests, the consistency suite) sees the loss and may change the
@@ -234,25 +214,25 @@ StepResult Trainer::train_step() {
           "false and training.max_skipped_steps)");
     clear_gradients();
     result.times.optimizer_s = seconds_since(start);
-    progress_.step += 1;  // the data moves past the bad batch; the schedule does not
-    progress_.consumed_samples += config_.training.global_batch;
+    parts_.progress.step += 1;  // the data moves past the bad batch; the schedule does not
+    parts_.progress.consumed_samples += config_.training.global_batch;
     if (inspector_ && inspector_->on_step_end) inspector_->on_step_end(result);
     return result;
   }
   if (!in_backward) {
-    scale_to_norm(*store_, result.grad_norm, config_.optimizer.grad_clip);
-    optimizer_->step(result.lr);
+    scale_to_norm(*parts_.store, result.grad_norm, config_.optimizer.grad_clip);
+    parts_.optimizer->step(result.lr);
   }
-  if (ZeroPartition* zero = sync_->zero()) zero->all_gather_parameters(*store_);
+  if (ZeroPartition* zero = parts_.sync->zero()) zero->all_gather_parameters(*parts_.store);
   result.times.optimizer_s = seconds_since(start);
-  progress_.step += 1;
-  progress_.consumed_samples += config_.training.global_batch;
+  parts_.progress.step += 1;
+  parts_.progress.consumed_samples += config_.training.global_batch;
   if (inspector_ && inspector_->on_step_end) inspector_->on_step_end(result);
   return result;
 }
 
 double Trainer::evaluate() {
-  if (!streams_.valid) return std::nan("");
+  if (!parts_.streams.valid) return std::nan("");
   const TrainingConfig& training = config_.training;
   const int64_t samples = training.eval_batches * training.global_batch;
   // Micro-batches are dealt round-robin to DP ranks; sums and counts are then combined.
@@ -263,19 +243,21 @@ double Trainer::evaluate() {
   for (int64_t first = 0; first < samples; first += training.micro_batch, ++index) {
     if (index % split.count != split.index) continue;
     const TokenBatch b =
-        read_batch(*streams_.valid, first, std::min(training.micro_batch, samples - first));
+        read_batch(*parts_.streams.valid, first, std::min(training.micro_batch, samples - first));
     const torch::Tensor targets = to_tensor(b.targets, b.batch);
     count += double(layers::count_targets(targets));
     mine.push_back({placed(to_tensor(b.inputs, b.batch)), placed(targets), first});
   }
   // On the last stage; 0 on the others.
-  torch::Tensor loss_sum = torch::tensor({stage_step_->evaluate(mesh_.pp(), mine)}, torch::kDouble);
+  torch::Tensor loss_sum =
+      torch::tensor({parts_.stage_step->evaluate(mesh_.pp(), mine)}, torch::kDouble);
   mesh_.pp().all_reduce(loss_sum);
   return dp_sum(loss_sum.item<double>()) / dp_sum(count);
 }
 
 void Trainer::save(const std::string& path) {
-  save_checkpoint(path, mesh_, *store_, optimizer_.get(), sync_->zero(), progress_);
+  save_checkpoint(path, mesh_, *parts_.store, parts_.optimizer.get(), parts_.sync->zero(),
+                  parts_.progress);
   if (is_root()) prune_checkpoints(config_.run_dir, config_.checkpoint.keep_last);
   log_line("saved checkpoint " + path);
 }
@@ -292,8 +274,8 @@ void Trainer::write_metrics(const StepResult& result, double seconds, double com
   metrics.grad_norm = result.grad_norm;
   metrics.tokens_per_s =
       double(steps_in_interval * training.global_batch * config_.data.seq_len) / seconds;
-  metrics.mfu =
-      metrics.tokens_per_s * flops_per_token_ / (peak_gflops_ * 1e9 * mesh_.world().size());
+  metrics.mfu = metrics.tokens_per_s * parts_.flops_per_token /
+                (parts_.peak_gflops * 1e9 * mesh_.world().size());
   metrics.exposed_comm_s = comm_seconds / double(steps_in_interval);
   MemoryTracker& memory = MemoryTracker::install();
   metrics.peak_mem_bytes = memory.peak_bytes();
@@ -309,8 +291,8 @@ void Trainer::write_metrics(const StepResult& result, double seconds, double com
   metrics.eta_s = seconds / double(steps_in_interval) * double(training.steps - result.step);
   const bool eval_now = training.eval_every > 0 &&
                         (result.step % training.eval_every == 0 || result.step == training.steps);
-  if (eval_now && streams_.valid) metrics.valid_loss = evaluate();
-  if (distiller_) {
+  if (eval_now && parts_.streams.valid) metrics.valid_loss = evaluate();
+  if (parts_.distiller) {
     metrics.parts["lm_loss"] = result.terms.lm;
     metrics.parts["logit_loss"] = result.terms.logits;
     metrics.parts["activation_loss"] = result.terms.activations;
@@ -330,8 +312,8 @@ void Trainer::show_progress(const StepResult& result, double seconds) {
   metrics.total_steps = training.steps;
   metrics.loss = result.loss;
   metrics.tokens_per_s = double(training.global_batch * config_.data.seq_len) / seconds;
-  metrics.mfu =
-      metrics.tokens_per_s * flops_per_token_ / (peak_gflops_ * 1e9 * mesh_.world().size());
+  metrics.mfu = metrics.tokens_per_s * parts_.flops_per_token /
+                (parts_.peak_gflops * 1e9 * mesh_.world().size());
   metrics.eta_s = seconds * double(training.steps - result.step);
   console_.progress(format_progress_line(metrics));
 }
@@ -356,8 +338,8 @@ std::vector<StepResult> Trainer::run() {
   }
   MemoryTracker::install();
   std::vector<StepResult> results;
-  if (progress_.step >= training.steps) {
-    log_line("nothing to do: already at step " + std::to_string(progress_.step) + " of " +
+  if (parts_.progress.step >= training.steps) {
+    log_line("nothing to do: already at step " + std::to_string(parts_.progress.step) + " of " +
              std::to_string(training.steps));
     return results;
   }
@@ -366,26 +348,27 @@ std::vector<StepResult> Trainer::run() {
   double interval_comm_start = parallel::exposed_communication_seconds();
   int64_t interval_steps = 0;
   const std::vector<int64_t>& profile = config_.logging.profile_steps;
-  if (!profile.empty() && progress_.step + 1 > profile[0])
+  if (!profile.empty() && parts_.progress.step + 1 > profile[0])
     log_line("warning: logging.profile_steps = [" + std::to_string(profile[0]) + ", " +
              std::to_string(profile[1]) + "] starts before step " +
-             std::to_string(progress_.step + 1) +
+             std::to_string(parts_.progress.step + 1) +
              ", where this run resumes; no trace will be written");
   ChromeTrace trace;
-  while (progress_.step < training.steps) {
-    if (!profile.empty() && progress_.step + 1 == profile[0]) trace.start();
+  while (parts_.progress.step < training.steps) {
+    if (!profile.empty() && parts_.progress.step + 1 == profile[0]) trace.start();
     const auto step_start = clock::now();
     results.push_back(train_step());
     show_progress(results.back(), seconds_since(step_start));
-    if (trace.running() && (progress_.step >= profile[1] || progress_.step >= training.steps)) {
+    if (trace.running() &&
+        (parts_.progress.step >= profile[1] || parts_.progress.step >= training.steps)) {
       const std::string path =
           trace.stop_and_write((fs::path(config_.run_dir) / "trace").string(), mesh_.world());
       if (!path.empty())
         log_line("wrote the Chrome trace of steps " + std::to_string(profile[0]) + "-" +
-                 std::to_string(progress_.step) + " to " + path);
+                 std::to_string(parts_.progress.step) + " to " + path);
     }
     ++interval_steps;
-    const int64_t step = progress_.step;
+    const int64_t step = parts_.progress.step;
     const StepResult& last = results.back();
     if (last.skipped) {
       ++skipped_steps_;

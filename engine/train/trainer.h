@@ -54,35 +54,32 @@ class Trainer {
   double evaluate();
   void save(const std::string& path);
 
-  int64_t step() const { return progress_.step; }
-  distill::Teacher* teacher() { return teacher_.get(); }
-  layers::ParameterStore& parameters() { return *store_; }
-  AdamW& optimizer() { return *optimizer_; }
-  GradientSync& gradient_sync() { return *sync_; }
-  layers::ActivationOffloader* offloader() { return offloader_.get(); }
+  int64_t step() const { return parts_.progress.step; }
+  distill::Teacher* teacher() { return parts_.teacher.get(); }
+  layers::ParameterStore& parameters() { return *parts_.store; }
+  AdamW& optimizer() { return *parts_.optimizer; }
+  GradientSync& gradient_sync() { return *parts_.sync; }
+  layers::ActivationOffloader* offloader() { return parts_.offloader.get(); }
   // Optimizer-in-backward with the fused LM head: its block-by-block stepper, else null.
-  const HeadRowStepper* head_stepper() const { return head_stepper_.get(); }
+  const HeadRowStepper* head_stepper() const { return parts_.head_stepper.get(); }
   // How this stage's LM head weight gets its gradient (engine/train/head_gradient.h).
-  HeadGradient head_gradient() const { return head_gradient_; }
-  const layers::TensorParallel& tensor_parallel() const { return tp_; }
+  HeadGradient head_gradient() const { return parts_.head_gradient; }
+  const layers::TensorParallel& tensor_parallel() const { return parts_.tp; }
   parallel::Mesh& mesh() { return mesh_; }
   void set_inspector(StepInspector* inspector) { inspector_ = inspector; }
   // The log stream is a terminal: a progress line is redrawn in place after every step.
   void set_terminal(bool terminal) { console_ = ConsoleLog(log_, terminal); }
   bool is_root() const { return mesh_.world_rank() == 0; }
   // This rank's pipeline stage: its layers, embedding and head.
-  const layers::ModelStage& stage() const { return model_->stage(); }
+  const layers::ModelStage& stage() const { return parts_.model->stage(); }
   // This run's kernel mode, compute copies and gradient memory (layers/run_context.h).
-  layers::RunContext& run_context() { return *run_; }
+  layers::RunContext& run_context() { return *parts_.run; }
 
  private:
   Trainer(const TrainConfig& config, std::ostream* log, std::unique_ptr<parallel::Mesh> own_mesh,
           parallel::Mesh* mesh);
   // A batch tensor built on the host, on this rank's device.
   torch::Tensor placed(const torch::Tensor& host) const;
-  // Stores what build_trainer_parts assembled (the constructor does nothing else but connect
-  // the step in backward).
-  void adopt(TrainerParts parts);
   void log_line(const std::string& line);
   // This step's micro-batches of this DP rank and the global number of target tokens.
   std::vector<MicroBatch> read_micro_batches(double& target_count);
@@ -108,33 +105,15 @@ class Trainer {
   ConsoleLog console_;
   std::unique_ptr<parallel::Mesh> own_mesh_;  // single process only
   parallel::Mesh& mesh_;
-  layers::TensorParallel tp_;
-  torch::Device device_ = torch::kCPU;  // runtime.device: the CPU or this rank's GPU
-  // Kernel mode, compute copies, gradient memory: this run's alone. Declared before every part
-  // that uses it, so it outlives them.
-  std::unique_ptr<layers::RunContext> run_;
-  std::unique_ptr<layers::ParameterStore> store_;
-  std::unique_ptr<layers::LlamaModel> model_;
-  std::unique_ptr<AdamW> optimizer_;
-  std::unique_ptr<distill::Teacher> teacher_;
-  std::unique_ptr<distill::Distiller> distiller_;
-  std::unique_ptr<GradientSync> sync_;
-  int64_t shared_gradient_bytes_ = 0;  // its shared-memory segments (memory accounting)
-  std::unique_ptr<StageStep> stage_step_;
-  std::unique_ptr<layers::ActivationOffloader> offloader_;
-  HeadGradient head_gradient_ = HeadGradient::none;      // how the head's gradient travels
-  std::unique_ptr<HeadRowStepper> head_stepper_;         // in-backward step, or DP reduce (tied)
-  std::unique_ptr<GradReadyHooks> gradient_accounting_;  // files gradients under their category
+  // Everything build_trainer_parts assembled; its declaration order is the order of
+  // destruction in reverse (the run context outlives every part that uses it).
+  TrainerParts parts_;
   double step_lr_ = 0;                       // the learning rate of the step in progress
   std::vector<torch::Tensor> grad_squares_;  // optimizer-in-backward: squared norms before freeing
-  SampleStreams streams_;
   LrSchedule schedule_;
-  TrainingProgress progress_;
   StepInspector* inspector_ = nullptr;
   int64_t consecutive_skips_ = 0;  // steps skipped in a row (non-finite), reset by a good one
   int64_t skipped_steps_ = 0;      // skipped by this process since it started
-  double flops_per_token_ = 0;
-  double peak_gflops_ = 0;  // per rank, the denominator of MFU
 };
 
 }  // namespace retort::engine

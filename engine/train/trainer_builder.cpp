@@ -69,8 +69,9 @@ class TrainerBuilder {
         precision_(precision_policy(config)),
         dtype_(scalar_type_of(precision_.main)),
         compute_dtype_(scalar_type_of(precision_.compute)),
-        residual_dtype_(scalar_type_of(precision_.residual)),
-        run_(std::make_unique<layers::RunContext>()) {}
+        residual_dtype_(scalar_type_of(precision_.residual)) {
+    parts_.run = std::make_unique<layers::RunContext>();
+  }
   TrainerParts build();
 
  private:
@@ -85,42 +86,25 @@ class TrainerBuilder {
   std::ostream* log_;
   ConsoleLog console_;
   parallel::Mesh& mesh_;
-  layers::TensorParallel tp_;
   PrecisionPolicy precision_;
   torch::ScalarType dtype_, compute_dtype_, residual_dtype_;
-  torch::Device device_ = torch::kCPU;
-  std::unique_ptr<layers::RunContext> run_;
-  std::unique_ptr<layers::ParameterStore> store_;
-  std::unique_ptr<layers::LlamaModel> model_;
-  std::unique_ptr<AdamW> optimizer_;
-  std::unique_ptr<distill::Teacher> teacher_;
-  std::unique_ptr<distill::Distiller> distiller_;
-  std::unique_ptr<GradientSync> sync_;
-  int64_t shared_gradient_bytes_ = 0;
-  std::unique_ptr<StageStep> stage_step_;
-  std::unique_ptr<layers::ActivationOffloader> offloader_;
-  HeadGradient head_gradient_ = HeadGradient::none;
-  std::unique_ptr<HeadRowStepper> head_stepper_;
-  std::unique_ptr<GradReadyHooks> gradient_accounting_;
-  SampleStreams streams_;
-  TrainingProgress progress_;
-  double flops_per_token_ = 0, peak_gflops_ = 0;
+  TrainerParts parts_;  // what build() returns, filled as it goes
   std::string peak_how_;
 };
 
 TrainerParts TrainerBuilder::build() {
   // This run's kernel mode and compute copies, shared by its model, teacher and distiller and
   // by nothing else in the process (layers/run_context.h).
-  run_->mode = kernels::kernel_mode_for(config_.runtime.kernels == KernelChoice::aten
-                                            ? kernels::KernelMode::aten
-                                            : kernels::KernelMode::automatic);
-  run_->copies.set_kept(config_.memory.keep_compute_weights);
+  parts_.run->mode = kernels::kernel_mode_for(config_.runtime.kernels == KernelChoice::aten
+                                                  ? kernels::KernelMode::aten
+                                                  : kernels::KernelMode::automatic);
+  parts_.run->copies.set_kept(config_.memory.keep_compute_weights);
   MemoryTracker& memory = MemoryTracker::install();  // before the first parameter
   parallel::set_collective_timeout(config_.runtime.collective_timeout_s);
-  device_ = parallel::rank_device(config_.runtime.device == Device::cuda, mesh_.local_rank(),
-                                  int(config_.runtime.gpus_per_node), "runtime.device=cuda");
-  const int gpu = device_.is_cuda() ? device_.index() : -1;
-  if (device_.is_cuda()) attach_cuda_memory_trace();  // GPU memory in the same account
+  parts_.device = parallel::rank_device(config_.runtime.device == Device::cuda, mesh_.local_rank(),
+                                        int(config_.runtime.gpus_per_node), "runtime.device=cuda");
+  const int gpu = parts_.device.is_cuda() ? parts_.device.index() : -1;
+  if (parts_.device.is_cuda()) attach_cuda_memory_trace();  // GPU memory in the same account
   report_transports(mesh_.choose_transports(transport_choice(config_.parallel.gpu_transport), gpu));
   if (config_.parallel.p2p_rules == P2pRules::nccl)
     mesh_.pp().set_point_to_point_rules(parallel::PointToPointRules::nccl);
@@ -129,12 +113,12 @@ TrainerParts TrainerBuilder::build() {
   // or in an allocation deep inside the first step.
   run_agreed_over(&mesh_.world(), [&] {
     const int ranks_here = mesh_.ranks_on_host();
-    if (device_.is_cpu())
+    if (parts_.device.is_cpu())
       require_memory(estimate_memory(config_).total(), ranks_here,
                      "this run (the memory estimate engine_train --dry-run prints)");
   });
-  tp_.group = &mesh_.tp();
-  tp_.sequence_parallel = layout.sequence_parallel && layout.tensor > 1;
+  parts_.tp.group = &mesh_.tp();
+  parts_.tp.sequence_parallel = layout.sequence_parallel && layout.tensor > 1;
   const int stage_index = mesh_.coordinates().pp;
   layers::ModelStage stage;
   if (!config_.stages.empty()) {
@@ -143,34 +127,35 @@ TrainerParts TrainerBuilder::build() {
   }
   {
     MemoryScope parameters(MemoryCategory::parameters);
-    store_ =
-        std::make_unique<layers::ParameterStore>(config_.seed, dtype_, tp_.position(), device_);
-    store_->set_lr_scale_rule(
+    parts_.store = std::make_unique<layers::ParameterStore>(config_.seed, dtype_,
+                                                            parts_.tp.position(), parts_.device);
+    parts_.store->set_lr_scale_rule(
         [policy = config_.params](const std::string& name) { return policy.lr_scale(name); });
-    model_ = std::make_unique<layers::LlamaModel>(config_.model, *store_, tp_, stage);
+    parts_.model =
+        std::make_unique<layers::LlamaModel>(config_.model, *parts_.store, parts_.tp, stage);
   }
-  model_->set_kernels(
-      {config_.memory.fused_kernels, config_.memory.attention_block_rows, true, run_.get()});
+  parts_.model->set_kernels(
+      {config_.memory.fused_kernels, config_.memory.attention_block_rows, true, parts_.run.get()});
   initialise_student();
-  check_parameter_patterns(config_.params, *store_, mesh_.pp(), log_);
+  check_parameter_patterns(config_.params, *parts_.store, mesh_.pp(), log_);
   build_distiller();
   const layers::MemoryConfig& memory_config = config_.memory;
   if (memory_config.activation_offloading)
-    offloader_ = std::make_unique<layers::ActivationOffloader>();
-  model_->set_recompute({memory_config.activation_checkpointing, offloader_.get()});
-  model_->set_head_chunk_tokens(memory_config.head_chunk_tokens);
-  model_->set_defer_head_gradient(memory_config.defer_head_gradient);
-  model_->set_types(compute_dtype_, residual_dtype_);
+    parts_.offloader = std::make_unique<layers::ActivationOffloader>();
+  parts_.model->set_recompute({memory_config.activation_checkpointing, parts_.offloader.get()});
+  parts_.model->set_head_chunk_tokens(memory_config.head_chunk_tokens);
+  parts_.model->set_defer_head_gradient(memory_config.defer_head_gradient);
+  parts_.model->set_types(compute_dtype_, residual_dtype_);
   // Gradients are allocated inside backward as temporaries; once accumulated they count as
   // gradients (hooked before the gradient sync, which may free them).
-  gradient_accounting_ =
-      std::make_unique<GradReadyHooks>(*store_, [store = store_.get(), &memory](size_t k) {
+  parts_.gradient_accounting = std::make_unique<GradReadyHooks>(
+      *parts_.store, [store = parts_.store.get(), &memory](size_t k) {
         memory.retag(store->all()[k].value.grad(), MemoryCategory::gradients);
       });
   GradSyncOptions sync;
   sync.bucket_bytes = static_cast<int64_t>(config_.parallel.dp_bucket_mb * 1e6);
   // The shared-memory sum reads host memory: GPU gradients go through the group's transport.
-  sync.shared_memory = config_.parallel.dp_shared_memory && device_.is_cpu();
+  sync.shared_memory = config_.parallel.dp_shared_memory && parts_.device.is_cpu();
   if (precision_.dp_gradient_sum != precision_.main)
     sync.reduce_dtype = scalar_type_of(precision_.dp_gradient_sum);
   sync.zero = config_.optimizer.zero_stage == 1;
@@ -178,64 +163,66 @@ TrainerParts TrainerBuilder::build() {
   sync.complete_in_backward = config_.optimizer.in_backward;
   const int64_t head_index = head_weight_index();
   HeadGradientFacts head_facts;
-  head_facts.embedding_here = model_->stage().embedding;
+  head_facts.embedding_here = parts_.model->stage().embedding;
   head_facts.head_here = head_index >= 0;
   head_facts.dp_size = mesh_.gradient_reduction().size();
-  head_facts.head_frozen = head_index >= 0 && store_->all()[size_t(head_index)].spec.frozen();
-  head_gradient_ = resolve_head_gradient(config_, head_facts);
-  const int64_t streamed_head = streams_to_stepper(head_gradient_) ? head_index : -1;
+  head_facts.head_frozen = head_index >= 0 && parts_.store->all()[size_t(head_index)].spec.frozen();
+  parts_.head_gradient = resolve_head_gradient(config_, head_facts);
+  const int64_t streamed_head = streams_to_stepper(parts_.head_gradient) ? head_index : -1;
   if (streamed_head >= 0) sync.streamed.push_back(size_t(streamed_head));
-  sync.gradient_offers = &run_->gradients;
-  sync_ = std::make_unique<GradientSync>(*store_, mesh_, tp_, sync);
+  sync.gradient_offers = &parts_.run->gradients;
+  parts_.sync = std::make_unique<GradientSync>(*parts_.store, mesh_, parts_.tp, sync);
   {
     MemoryScope state(MemoryCategory::optimizer_state);
-    optimizer_ = std::make_unique<AdamW>(*store_, config_.optimizer,
-                                         [sync = sync_.get()](size_t i) { return sync->owns(i); });
+    parts_.optimizer =
+        std::make_unique<AdamW>(*parts_.store, config_.optimizer,
+                                [sync = parts_.sync.get()](size_t i) { return sync->owns(i); });
   }
-  stage_step_ = std::make_unique<StageStep>(
-      StageModels{model_.get(), teacher_.get(), distiller_.get()}, tp_, config_.data.seq_len,
-      scalar_type_of(precision_.pipeline_message));
+  parts_.stage_step = std::make_unique<StageStep>(
+      StageModels{parts_.model.get(), parts_.teacher.get(), parts_.distiller.get()}, parts_.tp,
+      config_.data.seq_len, scalar_type_of(precision_.pipeline_message));
   if (streamed_head >= 0) {
     HeadRowStepOptions options;
     options.index = size_t(streamed_head);
     options.tied_here = config_.model.tied_embeddings;  // and so on this stage
-    options.vocab_start = tp_.rank() * store_->all()[options.index].value.size(0);
-    options.owner = sync_->zero() ? sync_->zero()->owner(options.index) : -1;
-    options.shared_memory = config_.parallel.dp_shared_memory && device_.is_cpu();
+    options.vocab_start = parts_.tp.rank() * parts_.store->all()[options.index].value.size(0);
+    options.owner = parts_.sync->zero() ? parts_.sync->zero()->owner(options.index) : -1;
+    options.shared_memory = config_.parallel.dp_shared_memory && parts_.device.is_cpu();
     options.reduce_in_blocks = config_.parallel.dp_head_blocks;
     // Stepping inside backward, or (reduce-only) only reducing it in blocks over DP.
-    AdamW* stepping =
-        head_gradient_ == HeadGradient::stepped_in_backward ? optimizer_.get() : nullptr;
-    head_stepper_ =
-        std::make_unique<HeadRowStepper>(*store_, stepping, mesh_.gradient_reduction(), options);
-    HeadRowStepper* stepper = head_stepper_.get();
-    sync_->set_on_streamed_ready([stepper](size_t) { stepper->complete(); });
-    if (!stepping) sync_->set_on_progress([stepper] { stepper->progress(); });
-    stage_step_->set_head_grad_sink(head_stepper_.get());
+    AdamW* stepping = parts_.head_gradient == HeadGradient::stepped_in_backward
+                          ? parts_.optimizer.get()
+                          : nullptr;
+    parts_.head_stepper = std::make_unique<HeadRowStepper>(*parts_.store, stepping,
+                                                           mesh_.gradient_reduction(), options);
+    HeadRowStepper* stepper = parts_.head_stepper.get();
+    parts_.sync->set_on_streamed_ready([stepper](size_t) { stepper->complete(); });
+    if (!stepping) parts_.sync->set_on_progress([stepper] { stepper->progress(); });
+    parts_.stage_step->set_head_grad_sink(parts_.head_stepper.get());
   }
   RunFacts facts;
-  facts.on_gpu = device_.is_cuda();
+  facts.on_gpu = parts_.device.is_cuda();
   facts.dp_size = mesh_.gradient_reduction().size();
-  facts.dp_sum_in_shared_memory = sync_->reduces_in_shared_memory();
-  facts.head_gradient_deferred = head_gradient_ == HeadGradient::tied_deferred;
+  facts.dp_sum_in_shared_memory = parts_.sync->reduces_in_shared_memory();
+  facts.head_gradient_deferred = parts_.head_gradient == HeadGradient::tied_deferred;
   if (log_)
     for (const std::string& line : keys_without_effect(config_, facts))
       *log_ << "retort: " << line << "\n";
   // The shared-memory DP segments hold the summed gradients (their .grad() views them).
-  shared_gradient_bytes_ =
-      sync_->shared_bytes() + (head_stepper_ ? head_stepper_->shared_bytes() : 0);
-  memory.add_outside(MemoryCategory::gradients, shared_gradient_bytes_);
+  parts_.shared_gradient_bytes =
+      parts_.sync->shared_bytes() + (parts_.head_stepper ? parts_.head_stepper->shared_bytes() : 0);
+  memory.add_outside(MemoryCategory::gradients, parts_.shared_gradient_bytes);
   if (log_ && mesh_.gradient_reduction().size() > 1)
-    *log_ << "retort: dp gradient sum: " << sync_->describe_dp_sum() << "\n";
+    *log_ << "retort: dp gradient sum: " << parts_.sync->describe_dp_sum() << "\n";
   VocabularyLimit vocabulary{config_.model.vocab_size, "model.vocab_size"};
-  if (teacher_ && teacher_->config().vocab_size < vocabulary.size)
-    vocabulary = {teacher_->config().vocab_size, "the teacher's vocab_size"};
-  streams_ = build_sample_streams(config_.data, config_.seed, vocabulary);
+  if (parts_.teacher && parts_.teacher->config().vocab_size < vocabulary.size)
+    vocabulary = {parts_.teacher->config().vocab_size, "the teacher's vocab_size"};
+  parts_.streams = build_sample_streams(config_.data, config_.seed, vocabulary);
 
-  progress_.seed = config_.seed;
-  progress_.model_json = model_config_json(config_.model);
-  progress_.seq_len = config_.data.seq_len;
-  progress_.dtype = enum_name(config_.dtype);
+  parts_.progress.seed = config_.seed;
+  parts_.progress.model_json = model_config_json(config_.model);
+  parts_.progress.seq_len = config_.data.seq_len;
+  parts_.progress.dtype = enum_name(config_.dtype);
 
   if (config_.checkpoint.load == "auto") {
     // The newest checkpoint of run.dir that loads (its index.json is there and its checksums
@@ -245,7 +232,7 @@ TrainerParts TrainerBuilder::build() {
     const std::vector<std::string> candidates = checkpoint_folders(config_.run_dir);
     for (const std::string& candidate : candidates) {
       try {
-        progress_ = load_checkpoint(candidate, mesh_, *store_, optimizer_.get());
+        parts_.progress = load_checkpoint(candidate, mesh_, *parts_.store, parts_.optimizer.get());
         path = candidate;
         break;
       } catch (const UserError& e) {
@@ -269,50 +256,28 @@ TrainerParts TrainerBuilder::build() {
       finish_resume(path);
   } else if (!config_.checkpoint.load.empty()) {
     const std::string path = resolve_checkpoint(config_.checkpoint.load);
-    progress_ = load_checkpoint(path, mesh_, *store_, optimizer_.get());
+    parts_.progress = load_checkpoint(path, mesh_, *parts_.store, parts_.optimizer.get());
     finish_resume(path);
   }
-  flops_per_token_ = config_.model.training_flops_per_token(config_.data.seq_len);
+  parts_.flops_per_token = config_.model.training_flops_per_token(config_.data.seq_len);
   if (config_.runtime.peak_gflops > 0) {
-    peak_gflops_ = config_.runtime.peak_gflops;
+    parts_.peak_gflops = config_.runtime.peak_gflops;
     peak_how_ = "runtime.peak_gflops";
-  } else if (device_.is_cuda()) {
+  } else if (parts_.device.is_cuda()) {
     const DevicePeak peak =
-        device_compute_peak(device_.index(), precision_.compute == NumberType::bfloat16);
-    peak_gflops_ = peak.gflops;
+        device_compute_peak(parts_.device.index(), precision_.compute == NumberType::bfloat16);
+    parts_.peak_gflops = peak.gflops;
     peak_how_ = peak.how;
   } else {
     const ComputePeak peak = measure_compute_peak(torch::get_num_threads(), mesh_.ranks_on_host());
-    peak_gflops_ = peak.gflops;
+    parts_.peak_gflops = peak.gflops;
     peak_how_ = peak.how;
   }
   char line[256];
-  std::snprintf(line, sizeof line, "MFU against %.1f GFLOP/s per rank (%s)", peak_gflops_,
+  std::snprintf(line, sizeof line, "MFU against %.1f GFLOP/s per rank (%s)", parts_.peak_gflops,
                 peak_how_.c_str());
   log_line(line);
-  TrainerParts parts;
-  parts.tp = tp_;
-  parts.precision = precision_;
-  parts.device = device_;
-  parts.run = std::move(run_);
-  parts.store = std::move(store_);
-  parts.model = std::move(model_);
-  parts.optimizer = std::move(optimizer_);
-  parts.teacher = std::move(teacher_);
-  parts.distiller = std::move(distiller_);
-  parts.sync = std::move(sync_);
-  parts.shared_gradient_bytes = shared_gradient_bytes_;
-  parts.stage_step = std::move(stage_step_);
-  parts.offloader = std::move(offloader_);
-  parts.head_gradient = head_gradient_;
-  parts.head_stepper = std::move(head_stepper_);
-  parts.gradient_accounting = std::move(gradient_accounting_);
-  parts.streams = std::move(streams_);
-  parts.progress = progress_;
-  parts.flops_per_token = flops_per_token_;
-  parts.peak_gflops = peak_gflops_;
-  parts.peak_how = peak_how_;
-  return parts;
+  return std::move(parts_);
 }
 
 void TrainerBuilder::report_transports(const std::vector<std::string>& groups) {
@@ -326,18 +291,18 @@ void TrainerBuilder::report_transports(const std::vector<std::string>& groups) {
 }
 
 void TrainerBuilder::finish_resume(const std::string& path) {
-  progress_.model_json = model_config_json(config_.model);
-  progress_.seq_len = config_.data.seq_len;
+  parts_.progress.model_json = model_config_json(config_.model);
+  parts_.progress.seq_len = config_.data.seq_len;
   const std::string dtype = enum_name(config_.dtype);
-  if (!progress_.dtype.empty() && progress_.dtype != dtype)
-    log_line("warning: checkpoint '" + path + "' was trained in " + progress_.dtype +
+  if (!parts_.progress.dtype.empty() && parts_.progress.dtype != dtype)
+    log_line("warning: checkpoint '" + path + "' was trained in " + parts_.progress.dtype +
              "; this run goes on in " + dtype + " (model.dtype)");
-  progress_.dtype = dtype;
-  if (progress_.seed != static_cast<uint64_t>(config_.seed))
+  parts_.progress.dtype = dtype;
+  if (parts_.progress.seed != static_cast<uint64_t>(config_.seed))
     throw UserError("checkpoint '" + path + "' was trained with seed " +
-                    std::to_string(progress_.seed) + " but the config has seed " +
+                    std::to_string(parts_.progress.seed) + " but the config has seed " +
                     std::to_string(config_.seed) + "; the data order would differ");
-  log_line("resumed from " + path + " at step " + std::to_string(progress_.step));
+  log_line("resumed from " + path + " at step " + std::to_string(parts_.progress.step));
 }
 
 void TrainerBuilder::initialise_student() {
@@ -346,14 +311,14 @@ void TrainerBuilder::initialise_student() {
   const bool hf = hf::is_hf_model_dir(policy.init_from);
   const std::string path = hf ? policy.init_from : resolve_checkpoint(policy.init_from);
   if (hf)  // a Hugging Face directory; its shapes must be the student's
-    hf::load_hf_parameters(path, hf::read_hf_config(path), *store_, tp_);
+    hf::load_hf_parameters(path, hf::read_hf_config(path), *parts_.store, parts_.tp);
   else
-    load_checkpoint(path, mesh_, *store_, nullptr);  // parameters only, strictly
+    load_checkpoint(path, mesh_, *parts_.store, nullptr);  // parameters only, strictly
   torch::NoGradGuard no_grad;
   // Parameters reset per pattern; summed over pipeline stages, which hold different ones.
   torch::Tensor matched = torch::zeros({int64_t(policy.init_reset.size()) + 1}, torch::kLong);
   int64_t reset = 0;
-  for (auto& p : store_->all()) {
+  for (auto& p : parts_.store->all()) {
     bool matches = false;
     for (size_t i = 0; i < policy.init_reset.size(); ++i)
       if (fnmatch(policy.init_reset[i].c_str(), p.spec.name.c_str(), 0) == 0) {
@@ -361,8 +326,8 @@ void TrainerBuilder::initialise_student() {
         matched[i] += 1;
       }
     if (!matches) continue;
-    p.value.copy_(
-        from_global(layers::initial_global_value(p.spec, config_.seed), p.spec, tp_, p.value));
+    p.value.copy_(from_global(layers::initial_global_value(p.spec, config_.seed), p.spec, parts_.tp,
+                              p.value));
     reset += !p.spec.tied_copy;
   }
   matched[-1] = reset;
@@ -421,31 +386,31 @@ void TrainerBuilder::build_distiller() {
             layers::capture_layer(pair.teacher));
     const parallel::LayerRange teacher_layers = parallel::split_layers_pinned(
         teacher_model.layers, config_.layout.pipeline, pins)[mesh_.coordinates().pp];
-    teacher_stage = {teacher_layers.first, teacher_layers.end, model_->stage().embedding,
-                     model_->stage().head};
+    teacher_stage = {teacher_layers.first, teacher_layers.end, parts_.model->stage().embedding,
+                     parts_.model->stage().head};
   }
   {
     MemoryScope weights(MemoryCategory::teacher_weights);
-    teacher_ = std::make_unique<distill::Teacher>(teacher_model, settings.keys.seed, compute_dtype_,
-                                                  tp_, teacher_stage, device_);
+    parts_.teacher = std::make_unique<distill::Teacher>(
+        teacher_model, settings.keys.seed, compute_dtype_, parts_.tp, teacher_stage, parts_.device);
   }
-  teacher_->set_residual_type(residual_dtype_);
-  teacher_->set_run(run_.get());
+  parts_.teacher->set_residual_type(residual_dtype_);
+  parts_.teacher->set_run(parts_.run.get());
   if (hf_teacher)
-    hf::load_hf_parameters(teacher_path, teacher_model, teacher_->parameters(), tp_);
+    hf::load_hf_parameters(teacher_path, teacher_model, parts_.teacher->parameters(), parts_.tp);
   else if (!teacher_path.empty())
-    load_checkpoint(teacher_path, mesh_, teacher_->parameters(), nullptr);
+    load_checkpoint(teacher_path, mesh_, parts_.teacher->parameters(), nullptr);
   MemoryScope projections(MemoryCategory::parameters);
-  distiller_ = std::make_unique<distill::Distiller>(objective, *teacher_, config_.model, *store_,
-                                                    tp_, model_->stage());
-  distiller_->set_kernels(model_->kernels());
+  parts_.distiller = std::make_unique<distill::Distiller>(
+      objective, *parts_.teacher, config_.model, *parts_.store, parts_.tp, parts_.model->stage());
+  parts_.distiller->set_kernels(parts_.model->kernels());
 }
 
 int64_t TrainerBuilder::head_weight_index() const {
-  if (!model_->stage().head) return -1;
-  const std::vector<layers::Parameter>& all = store_->all();
+  if (!parts_.model->stage().head) return -1;
+  const std::vector<layers::Parameter>& all = parts_.store->all();
   for (size_t k = 0; k < all.size(); ++k)
-    if (all[k].value.is_same(model_->head_weight())) return int64_t(k);
+    if (all[k].value.is_same(parts_.model->head_weight())) return int64_t(k);
   return -1;
 }
 

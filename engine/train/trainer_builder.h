@@ -33,7 +33,6 @@ namespace retort::engine {
 // part that uses it.
 struct TrainerParts {
   layers::TensorParallel tp;
-  PrecisionPolicy precision;                // every number type of the run, from the config
   torch::Device device = torch::kCPU;       // runtime.device: the CPU or this rank's GPU
   std::unique_ptr<layers::RunContext> run;  // kernel mode, compute copies, gradient memory
   std::unique_ptr<layers::ParameterStore> store;
@@ -52,7 +51,6 @@ struct TrainerParts {
   TrainingProgress progress;  // fresh, or where the loaded checkpoint left off
   double flops_per_token = 0;
   double peak_gflops = 0;  // per rank, the denominator of MFU
-  std::string peak_how;    // where it comes from (the banner says)
 };
 
 // `mesh`: this rank's parallel context (its layout must be config.layout); `log` receives the
