@@ -8,7 +8,11 @@ pinned in tools/requirements.txt).
                           reference.safetensors: a batch of tokens (I64), transformers' own
                           fp32 forward logits for them (F32), and a prompt (the first row's
                           first PROMPT tokens) with the GENERATED tokens transformers'
-                          greedy generate() continues it with (I64).
+                          greedy generate() continues it with (I64); and one training
+                          step in float64: STEP_LOSS (F64), the mean next-token
+                          cross-entropy of the tokens, and in step_gradients/ (config.json
+                          and model.safetensors, so Retort's importer reads them as it reads
+                          weights) the gradient of every parameter under its own name.
   check DIR REFERENCE_DIR loads DIR (a Retort export) with from_pretrained, whose weights
                           the safetensors library reads, runs the same tokens and exits 1
                           unless its logits match the reference within 1e-5 of their largest
@@ -23,8 +27,11 @@ import sys
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is fetched: every model is built here
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
+import shutil
+
 import torch
 import transformers
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from safetensors.torch import load_file, save_file
 
 HIDDEN, LAYERS, FFN, VOCAB, SEQ, BATCH = 32, 2, 48, 101, 12, 2
@@ -86,6 +93,43 @@ def logits_of(model, tokens):
         return model(input_ids=tokens).logits.float()
 
 
+class Float64Names:
+    """transformers names torch.float and torch.float32 where it computes the RoPE frequencies
+    and tables and the attention softmax, so a float64 model still runs those in float32
+    (errors near 1e-7). Inside this block both names mean float64; nothing else changes."""
+
+    def __enter__(self):
+        self.saved = torch.float, torch.float32
+        torch.float = torch.float32 = torch.float64
+
+    def __exit__(self, *_):
+        torch.float, torch.float32 = self.saved
+
+
+def float64_step(model, tokens, out):
+    """The loss and every gradient of one training step of `model` in float64. The loss is
+    computed here: transformers' own causal-LM loss casts the logits to float32 first."""
+    model = model.double()
+    with Float64Names():
+        for module in model.modules():  # the tables again, now in float64
+            if type(module).__name__.endswith("RotaryEmbedding"):
+                init = (module.compute_default_rope_parameters if module.rope_type == "default"
+                        else ROPE_INIT_FUNCTIONS[module.rope_type])
+                inv_freq, module.attention_scaling = init(module.config)
+                module.inv_freq = inv_freq.to(torch.float64)
+        logits = model(input_ids=tokens).logits
+        assert logits.dtype == torch.float64
+        loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)),
+                                                 tokens[:, 1:].reshape(-1))
+        loss.backward()
+    gradients = os.path.join(out, "step_gradients")
+    os.makedirs(gradients, exist_ok=True)
+    shutil.copy(os.path.join(out, "config.json"), gradients)
+    save_file({name: p.grad.contiguous() for name, p in model.named_parameters()},
+              os.path.join(gradients, "model.safetensors"))
+    return loss.detach()
+
+
 def make(out, variant):
     model = build(variant)
     os.makedirs(out, exist_ok=True)
@@ -96,8 +140,9 @@ def make(out, variant):
     with torch.no_grad():  # greedy; no end-of-text token may stop it early
         generated = model.generate(prompt, max_new_tokens=GENERATED, min_new_tokens=GENERATED,
                                    do_sample=False, pad_token_id=0)[:, PROMPT:]
-    save_file({"tokens": tokens, "logits": logits_of(model, tokens).contiguous(),
-               "prompt": prompt, "generated": generated.contiguous()},
+    logits = logits_of(model, tokens).contiguous()
+    save_file({"tokens": tokens, "logits": logits, "prompt": prompt,
+               "generated": generated.contiguous(), "step_loss": float64_step(model, tokens, out)},
               os.path.join(out, "reference.safetensors"))
 
 

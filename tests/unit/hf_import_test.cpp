@@ -4,7 +4,8 @@
 //    untied head), MistralForCausalLM (sliding window) and Qwen2ForCausalLM (qkv bias), with
 //    random weights, written by save_pretrained, and their own forward's logits. Retort's
 //    import must give the same logits (fp32, relative 1e-5); Retort's export must load back
-//    into transformers (from_pretrained, through the safetensors library) and give them too.
+//    into transformers (from_pretrained, through the safetensors library) and give them too;
+//    one training step in float64 gives transformers' loss and gradients (relative 1e-10).
 //  - tests/hf/make_hf_llama.py: a tiny random model written with its own safetensors writer
 //    (json + struct) and the logits of its own plain-torch forward, for what transformers does
 //    not write here: an untied head across three shard files and bf16 weights. Export then
@@ -26,6 +27,7 @@
 #include "layers/model.h"
 #include "parallel/mesh.h"
 #include "tests/support/scratch_dir.h"
+#include "tests/support/transformers_reference.h"
 
 namespace fs = std::filesystem;
 using namespace retort;
@@ -48,14 +50,10 @@ std::string make_reference(const std::string& variant) {
   return dir.string();
 }
 
-// transformers' own model of a variant, written by save_pretrained, with its logits.
+// transformers' own model of a variant, written by save_pretrained, with its references.
 std::string make_transformers_reference(const std::string& variant) {
-  const fs::path dir = test_dir() / ("transformers_" + variant);
-  fs::remove_all(dir);
-  const std::string command = std::string(RETORT_PYTHON) + " " + RETORT_HF_TRANSFORMERS_SCRIPT +
-                              " make " + dir.string() + " " + variant;
-  EXPECT_EQ(std::system(command.c_str()), 0) << command;
-  return dir.string();
+  return retort::testing::make_transformers_reference(test_dir() / ("transformers_" + variant),
+                                                      variant);
 }
 
 // Whether transformers loads `exported` and gives the logits of the reference in `reference`.
@@ -65,19 +63,8 @@ bool transformers_matches(const std::string& exported, const std::string& refere
   return std::system(command.c_str()) == 0;
 }
 
-torch::Tensor reference_tensor(const std::string& dir, const std::string& name,
-                               torch::ScalarType dtype) {
-  hf::SafetensorsFile file((fs::path(dir) / "reference.safetensors").string());
-  const hf::StTensor* t = file.find(name);
-  EXPECT_NE(t, nullptr) << name;
-  torch::Tensor out = torch::empty(t->shape, torch::dtype(dtype));
-  std::memcpy(out.data_ptr(), file.bytes(*t), t->end - t->begin);
-  return out;
-}
-
-const char* kTransformersVariants[] = {
-    "llama_gqa_tied", "llama_gqa_untied",  "mistral_window", "qwen2_bias",    "mistral_head_dim",
-    "llama3_rope",    "llama_linear_rope", "qwen2_yarn",     "qwen3_qk_norm", "phi3_layout"};
+using retort::testing::kTransformersVariants;
+using retort::testing::reference_tensor;
 
 // Retort's forward of the model in `dir` on its reference tokens, against the reference logits.
 void expect_logits_match(const std::string& dir, const std::string& what) {
@@ -158,6 +145,39 @@ TEST(HfGenerate, GreedyTokensEqualTransformersGenerate) {
     EXPECT_EQ(got, std::vector<int64_t>(want.data_ptr<int64_t>(),
                                         want.data_ptr<int64_t>() + want.numel()))
         << variant;
+  }
+}
+
+// One training step in float64: the mean next-token cross-entropy and the gradient of every
+// parameter, against transformers' own forward and autograd in float64 (its RoPE tables and
+// softmax too: the script's Float64Names). Gradients reach Retort's layout through the importer
+// (a tied head's two uses summed in one tensor, Phi-3's fused rows split), which is linear.
+TEST(HfImport, TrainingStepMatchesTransformersAutogradInFloat64) {
+  for (const char* variant : kTransformersVariants) {
+    SCOPED_TRACE(variant);
+    const std::string dir = make_transformers_reference(variant);
+    const layers::ModelConfig config = hf::read_hf_config(dir);
+    layers::ParameterStore store(0, torch::kDouble), want(0, torch::kDouble);
+    layers::LlamaModel model(config, store), gradient_layout(config, want);
+    hf::load_hf_parameters(dir, config, store, {});
+    hf::load_hf_parameters((fs::path(dir) / "step_gradients").string(), config, want, {});
+    const torch::Tensor tokens = reference_tensor(dir, "tokens", torch::kLong);
+    torch::Tensor targets = tokens.roll(-1, 1);
+    targets.select(1, tokens.size(1) - 1).fill_(layers::kIgnoreIndex);
+    const torch::Tensor loss =
+        model.loss_sum(tokens, targets) / double(layers::count_targets(targets));
+    loss.backward();
+    const double want_loss = reference_tensor(dir, "step_loss", torch::kDouble).item<double>();
+    EXPECT_NEAR(loss.item<double>(), want_loss, 1e-10 * std::abs(want_loss));
+    ASSERT_EQ(store.all().size(), want.all().size());
+    for (const layers::Parameter& p : store.all()) {
+      ASSERT_TRUE(p.value.grad().defined()) << p.spec.name;
+      const torch::Tensor& expected = want.find(p.spec.name)->value;
+      const double scale = expected.abs().max().item<double>();
+      EXPECT_GT(scale, 0) << p.spec.name;
+      EXPECT_LE((p.value.grad() - expected).abs().max().item<double>(), 1e-10 * scale)
+          << p.spec.name;
+    }
   }
 }
 
