@@ -1,6 +1,7 @@
 // distill/distillation.cpp: see distillation.h.
 #include "distill/distillation.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/fault_injection.h"
@@ -64,9 +65,11 @@ Distiller::Distiller(DistillConfig config, Teacher& teacher, const layers::Model
     local_.push_back(layer >= student_stage.first_layer && layer < end);
   }
   const int64_t hs = student.hidden, ht = teacher.config().hidden;
-  if (student.vocab_size != teacher.config().vocab_size && config_.logit_weight > 0)
-    throw UserError("distill: student vocab_size " + std::to_string(student.vocab_size) +
-                    " differs from the teacher's " + std::to_string(teacher.config().vocab_size));
+  if (config_.logit_weight > 0 && layers::padded_vocab_size(student, tp.size()) !=
+                                      layers::padded_vocab_size(teacher.config(), tp.size()))
+    throw UserError("distill: the student's vocabulary (" + std::to_string(student.vocab_size) +
+                    ") and the teacher's (" + std::to_string(teacher.config().vocab_size) +
+                    ") are not padded alike (layers::pad_vocabularies_alike)");
   for (size_t i = 0; i < config_.pairs.size(); ++i) {
     if (hs == ht || !local(i)) {
       projections_.emplace_back();
@@ -102,20 +105,38 @@ torch::Tensor Distiller::output_loss(const HeadInput& student, const HeadInput& 
                                      int64_t vocab_size, int64_t lm_chunk_tokens,
                                      bool recompute_heads, PendingTerms* terms) const {
   const bool with_lm = config_.lm_weight > 0;
-  if (config_.logit_weight > 0) {  // with the LM loss fused in when both are on
-    const bool dropped = fault_injected(Fault::LogitTermOneTpRank) && tp_.rank() != 0;
-    const LossFactors factors{dropped ? 0.0 : config_.logit_weight / target_count,
-                              with_lm ? config_.lm_weight / target_count : 0.0};
-    LogitLossValue value = logit_distillation_from_heads(
-        student, teacher, targets.ne(kIgnore), with_lm ? targets : torch::Tensor(), vocab_size,
-        config_.logits, tp_, factors,
-        recompute_heads ? HeadLogits::formed_again_in_backward : HeadLogits::gradient_in_forward,
-        kernels_.run);
-    terms->add(PendingTerms::Term::logits, value.kd_sum / target_count);
-    if (with_lm) terms->add(PendingTerms::Term::lm, value.ce_sum / target_count);
-    return value.total;
-  }
-  if (!with_lm) return torch::zeros({}, student.input.options());
+  if (config_.logit_weight <= 0)
+    return with_lm ? lm_loss(student, targets, target_count, vocab_size, lm_chunk_tokens, terms)
+                   : torch::zeros({}, student.input.options());
+  // The LM loss rides along with the logit loss on the same student logits where both cover
+  // the same ids; a student with ids the teacher lacks takes its LM loss over all of its own.
+  const int64_t shared = std::min(vocab_size, teacher_.config().vocab_size);
+  const bool lm_fused = with_lm && shared == vocab_size;
+  if (with_lm && !lm_fused && student.weight_grad_sink)  // it takes one gradient per backward
+    throw UserError("distill.lm_weight: the student's vocabulary (" + std::to_string(vocab_size) +
+                    ") is larger than the teacher's (" + std::to_string(shared) +
+                    "), so its LM loss runs apart from the logit loss, which a tied head or "
+                    "optimizer.in_backward does not allow; set distill.lm_weight=0 or give the "
+                    "student the teacher's vocabulary");
+  const bool dropped = fault_injected(Fault::LogitTermOneTpRank) && tp_.rank() != 0;
+  const LossFactors factors{dropped ? 0.0 : config_.logit_weight / target_count,
+                            lm_fused ? config_.lm_weight / target_count : 0.0};
+  LogitLossValue value = logit_distillation_from_heads(
+      student, teacher, targets.ne(kIgnore), lm_fused ? targets : torch::Tensor(), shared,
+      config_.logits, tp_, factors,
+      recompute_heads ? HeadLogits::formed_again_in_backward : HeadLogits::gradient_in_forward,
+      kernels_.run);
+  terms->add(PendingTerms::Term::logits, value.kd_sum / target_count);
+  if (lm_fused) terms->add(PendingTerms::Term::lm, value.ce_sum / target_count);
+  if (with_lm && !lm_fused)
+    return value.total +
+           lm_loss(student, targets, target_count, vocab_size, lm_chunk_tokens, terms);
+  return value.total;
+}
+
+torch::Tensor Distiller::lm_loss(const HeadInput& student, const torch::Tensor& targets,
+                                 double target_count, int64_t vocab_size, int64_t lm_chunk_tokens,
+                                 PendingTerms* terms) const {
   torch::Tensor ce_sum;
   if (lm_chunk_tokens > 0) {
     ce_sum = layers::fused_head_cross_entropy_sum(student.input, student.weight, targets,

@@ -50,7 +50,9 @@ class Distiller {
   // the heads' inputs: the heads are fused into the losses, so no [tokens, vocab] tensor
   // outlives a chunk. recompute_heads (activation checkpointing): keep only the head inputs
   // and form the logits again in backward; otherwise form the gradient in forward and keep
-  // it. `teacher` is unused without a logit loss; terms receives the parts.
+  // it. `teacher` is unused without a logit loss; terms receives the parts. vocab_size: the
+  // student's. The logit loss runs over the ids both models have (the smaller vocabulary: the
+  // larger one's extra rows are padding of the same tokenizer); the LM loss over the student's.
   torch::Tensor output_loss(const HeadInput& student, const HeadInput& teacher,
                             const torch::Tensor& targets, double target_count, int64_t vocab_size,
                             int64_t lm_chunk_tokens, bool recompute_heads,
@@ -63,6 +65,9 @@ class Distiller {
 
  private:
   bool local(size_t pair) const { return local_[pair]; }
+  // The LM cross-entropy over the student's whole vocabulary, weighted; terms gets its part.
+  torch::Tensor lm_loss(const HeadInput& student, const torch::Tensor& targets, double target_count,
+                        int64_t vocab_size, int64_t lm_chunk_tokens, PendingTerms* terms) const;
   DistillConfig config_;
   Teacher& teacher_;
   layers::TensorParallel tp_;

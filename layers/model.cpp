@@ -27,7 +27,7 @@ LlamaModel::LlamaModel(const ModelConfig& config, ParameterStore& store, TensorP
   TORCH_CHECK(0 <= stage_.first_layer && stage_.first_layer <= stage_.end_layer &&
                   stage_.end_layer <= config.layers,
               "model stage layers out of range");
-  const int64_t padded = padded_vocab_size(config.vocab_size, tp.size());
+  const int64_t padded = padded_vocab_size(config, tp.size());
   if (stage_.embedding) embed_ = store.create(vocab_matrix_spec("embed.weight", config, padded));
   blocks_.reserve(stage_.end_layer - stage_.first_layer);
   for (int64_t i = stage_.first_layer; i < stage_.end_layer; ++i)

@@ -39,4 +39,13 @@ int64_t padded_vocab_size(int64_t vocab_size, int tp_size) {
   return (vocab_size + multiple - 1) / multiple * multiple;
 }
 
+int64_t padded_vocab_size(const ModelConfig& config, int tp_size) {
+  return padded_vocab_size(std::max(config.vocab_size, config.vocab_padding_covers), tp_size);
+}
+
+void pad_vocabularies_alike(ModelConfig& student, ModelConfig& teacher) {
+  const int64_t larger = std::max(student.vocab_size, teacher.vocab_size);
+  student.vocab_padding_covers = teacher.vocab_padding_covers = larger;
+}
+
 }  // namespace retort::layers

@@ -52,6 +52,10 @@ RETORT_NAMED_ENUM(RopeScaling, none, linear, llama3, yarn)
 
 struct ModelConfig {
   RETORT_MODEL_KEYS(RETORT_FIELD)
+  // Not a key and not stored: the vocabulary the padding rounds up when it is larger than
+  // vocab_size (0: vocab_size). A distillation run pads its student and teacher alike
+  // (pad_vocabularies_alike), so every TP rank holds the same ids of both.
+  int64_t vocab_padding_covers = 0;
 
   // model.head_dim where set (Qwen3, Mistral-Nemo), else hidden / heads.
   int64_t head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : hidden / heads; }
@@ -69,5 +73,10 @@ struct ModelConfig {
 
 // Vocabulary rows after padding to a multiple of TP x 128 (as Megatron pads).
 int64_t padded_vocab_size(int64_t vocab_size, int tp_size);
+// A model's embedding and head rows: its vocabulary, or vocab_padding_covers, padded so.
+int64_t padded_vocab_size(const ModelConfig& config, int tp_size);
+// A student and a teacher whose vocabularies differ (one padded further than the other, same
+// tokenizer): both padded to cover the larger, so their vocabulary-parallel slices line up.
+void pad_vocabularies_alike(ModelConfig& student, ModelConfig& teacher);
 
 }  // namespace retort::layers

@@ -236,6 +236,10 @@ int64_t read_checkpoint_seq_len(const std::string& path) {
   return read_index(path).header.value("seq_len", int64_t(0));
 }
 
+std::string read_checkpoint_tokenizer(const std::string& path) {
+  return read_index(path).header.value("tokenizer", std::string());
+}
+
 std::string checkpoint_path(const std::string& run_dir, int64_t step) {
   char name[32];
   std::snprintf(name, sizeof(name), "step_%08lld", static_cast<long long>(step));
@@ -400,6 +404,7 @@ void save_checkpoint(const std::string& path, parallel::Mesh& mesh,
       if (!progress.model_json.empty()) index["model"] = nlohmann::json::parse(progress.model_json);
       if (progress.seq_len > 0) index["seq_len"] = progress.seq_len;
       if (!progress.dtype.empty()) index["dtype"] = progress.dtype;
+      if (!progress.tokenizer.empty()) index["tokenizer"] = progress.tokenizer;
       nlohmann::json tensors = nlohmann::json::object();
       for (size_t r = 0; r < all.size(); ++r)
         for (const nlohmann::json& p : nlohmann::json::parse(all[r])) {
@@ -495,6 +500,7 @@ TrainingProgress load_checkpoint(const std::string& path, parallel::Mesh& mesh,
   progress.seed = index.header.value("seed", uint64_t(0));
   progress.seq_len = index.header.value("seq_len", int64_t(0));
   progress.dtype = index.header.value("dtype", std::string());
+  progress.tokenizer = index.header.value("tokenizer", std::string());
   if (optimizer) optimizer->set_steps(index.header.value("optimizer_steps", int64_t(0)));
   return progress;
 }

@@ -31,6 +31,9 @@ struct TrainingProgress {
   std::string model_json;  // the model's shape (model_config_json), stored with it
   int64_t seq_len = 0;     // the sequence length trained on (data.seq_len); 0 = not recorded
   std::string dtype;       // model.dtype trained in ("float32", "bfloat16", ...); "" = not recorded
+  // The fingerprint of the tokenizer the ids mean (engine/data/tokenizer_fingerprint.h);
+  // "" = not known.
+  std::string tokenizer;
 };
 
 // The shape of a model as JSON, and back; a checkpoint stores it under /model/config_json so
@@ -41,6 +44,8 @@ layers::ModelConfig model_config_from_json(const std::string& json, const std::s
 std::optional<layers::ModelConfig> read_checkpoint_model(const std::string& path);
 // The sequence length a checkpoint was trained on, 0 if it does not record one.
 int64_t read_checkpoint_seq_len(const std::string& path);
+// The tokenizer fingerprint a checkpoint records, "" if none.
+std::string read_checkpoint_tokenizer(const std::string& path);
 
 // Collective over the mesh: shards are gathered to global shape over TP; under pipeline
 // parallelism the stages send theirs to stage 0 over the pipeline group of TP and DP

@@ -13,7 +13,11 @@ namespace retort::engine {
       "validation dataset prefixes; empty = hold out data.valid_fraction of each dataset")     \
   KEY(double, valid_fraction, "data.valid_fraction", 0.05, 0, 0.9,                             \
       "held-out fraction of documents")                                                        \
-  KEY(int64_t, seq_len, "data.seq_len", 32, 1, 1e7, "tokens per sample")
+  KEY(int64_t, seq_len, "data.seq_len", 32, 1, 1e7, "tokens per sample")                       \
+  KEY(std::string, tokenizer, "data.tokenizer", "", 0, 0,                                      \
+      "the tokenizer the data was made with (tokenizer.json, its folder, a SentencePiece "     \
+      ".model, or bytes): recorded in checkpoints and compared with a teacher's; empty = "     \
+      "not given")
 
 struct DataConfig {
   RETORT_DATA_KEYS(RETORT_FIELD)

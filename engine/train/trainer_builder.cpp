@@ -22,6 +22,7 @@
 #include "engine/train/keys_without_effect.h"
 #include "engine/train/parameter_patterns.h"
 #include "engine/train/run_folder.h"
+#include "engine/train/tokenizer_identity.h"
 #include "kernels/dispatch.h"
 #include "layers/sharding.h"
 #include "parallel/collective_watchdog.h"
@@ -77,6 +78,10 @@ class TrainerBuilder {
  private:
   void report_transports(const std::vector<std::string>& groups);
   void initialise_student();
+  // The teacher's shape and source (its own description where it has one): teacher_model_.
+  void resolve_teacher();
+  // The student's tokenizer, from data.tokenizer and model.init.from, which must agree.
+  void settle_student_tokenizer();
   void build_distiller();
   void finish_resume(const std::string& path);
   int64_t head_weight_index() const;
@@ -89,6 +94,11 @@ class TrainerBuilder {
   PrecisionPolicy precision_;
   torch::ScalarType dtype_, compute_dtype_, residual_dtype_;
   TrainerParts parts_;  // what build() returns, filled as it goes
+  // The student's and the teacher's shapes as built: model.* and the teacher's, padded alike.
+  layers::ModelConfig student_model_, teacher_model_;
+  std::string teacher_path_;  // empty: a teacher from its seed
+  bool hf_teacher_ = false;
+  TokenizerIdentity student_tokenizer_;
   std::string peak_how_;
 };
 
@@ -119,6 +129,7 @@ TrainerParts TrainerBuilder::build() {
   });
   parts_.tp.group = &mesh_.tp();
   parts_.tp.sequence_parallel = layout.sequence_parallel && layout.tensor > 1;
+  resolve_teacher();  // before the student: a teacher's vocabulary may pad the student's
   const int stage_index = mesh_.coordinates().pp;
   layers::ModelStage stage;
   if (!config_.stages.empty()) {
@@ -132,11 +143,12 @@ TrainerParts TrainerBuilder::build() {
     parts_.store->set_lr_scale_rule(
         [policy = config_.params](const std::string& name) { return policy.lr_scale(name); });
     parts_.model =
-        std::make_unique<layers::LlamaModel>(config_.model, *parts_.store, parts_.tp, stage);
+        std::make_unique<layers::LlamaModel>(student_model_, *parts_.store, parts_.tp, stage);
   }
   parts_.model->set_kernels(
       {config_.memory.fused_kernels, config_.memory.attention_block_rows, true, parts_.run.get()});
   initialise_student();
+  settle_student_tokenizer();
   check_parameter_patterns(config_.params, *parts_.store, mesh_.pp(), log_);
   build_distiller();
   const layers::MemoryConfig& memory_config = config_.memory;
@@ -223,6 +235,7 @@ TrainerParts TrainerBuilder::build() {
   parts_.progress.model_json = model_config_json(config_.model);
   parts_.progress.seq_len = config_.data.seq_len;
   parts_.progress.dtype = enum_name(config_.dtype);
+  parts_.progress.tokenizer = student_tokenizer_.fingerprint;
 
   if (config_.checkpoint.load == "auto") {
     // The newest checkpoint of run.dir that loads (its index.json is there and its checksums
@@ -298,6 +311,10 @@ void TrainerBuilder::finish_resume(const std::string& path) {
     log_line("warning: checkpoint '" + path + "' was trained in " + parts_.progress.dtype +
              "; this run goes on in " + dtype + " (model.dtype)");
   parts_.progress.dtype = dtype;
+  const TokenizerIdentity recorded{parts_.progress.tokenizer, "checkpoint '" + path + "'"};
+  require_same_tokenizer(student_tokenizer_, recorded, "data.tokenizer",
+                         "resume the run with the tokenizer its data was made with");
+  parts_.progress.tokenizer = known_of(student_tokenizer_, recorded).fingerprint;
   if (parts_.progress.seed != static_cast<uint64_t>(config_.seed))
     throw UserError("checkpoint '" + path + "' was trained with seed " +
                     std::to_string(parts_.progress.seed) + " but the config has seed " +
@@ -340,31 +357,64 @@ void TrainerBuilder::initialise_student() {
   log_line("initialised from " + path + " (" + std::to_string(reset) + " parameters reset)");
 }
 
-void TrainerBuilder::build_distiller() {
+void TrainerBuilder::settle_student_tokenizer() {
+  student_tokenizer_ = tokenizer_of_data(config_.data.tokenizer);
+  const std::string& init = config_.params.init_from;
+  if (init.empty()) return;
+  const bool hf = hf::is_hf_model_dir(init);
+  const TokenizerIdentity initial = tokenizer_of_model(hf ? init : resolve_checkpoint(init), hf);
+  require_same_tokenizer(student_tokenizer_, initial, "model.init.from",
+                         "the model would read the data's ids as other tokens");
+  student_tokenizer_ = known_of(student_tokenizer_, initial);
+}
+
+void TrainerBuilder::resolve_teacher() {
   const DistillSettings& settings = config_.distill;
+  student_model_ = config_.model;
   if (!settings.enabled) return;
-  layers::ModelConfig teacher_model = settings.teacher;
-  std::string teacher_path;
-  const bool hf_teacher = hf::is_hf_model_dir(settings.keys.checkpoint);
+  teacher_model_ = settings.teacher;
+  hf_teacher_ = hf::is_hf_model_dir(settings.keys.checkpoint);
   if (!settings.keys.checkpoint.empty()) {
-    teacher_path =
-        hf_teacher ? settings.keys.checkpoint : resolve_checkpoint(settings.keys.checkpoint);
+    teacher_path_ =
+        hf_teacher_ ? settings.keys.checkpoint : resolve_checkpoint(settings.keys.checkpoint);
     // The teacher's own description (a Hugging Face directory's config.json, or the
     // checkpoint's) decides everything about it, its RoPE scaling included; teacher.* sizes,
     // where given, must agree with it.
     const std::optional<layers::ModelConfig> stored =
-        hf_teacher ? std::optional<layers::ModelConfig>(hf::read_hf_config(teacher_path))
-                   : read_checkpoint_model(teacher_path);
+        hf_teacher_ ? std::optional<layers::ModelConfig>(hf::read_hf_config(teacher_path_))
+                    : read_checkpoint_model(teacher_path_);
     if (stored) {
-      require_teacher_sizes(settings.keys, *stored, teacher_path);
-      teacher_model = *stored;
+      require_teacher_sizes(settings.keys, *stored, teacher_path_);
+      teacher_model_ = *stored;
     }
     const parallel::Layout& layout = config_.layout;
     parallel::resolve_layout(
         layout, layout.tensor * layout.pipeline * layout.data,
-        {teacher_model.heads, teacher_model.kv_heads, teacher_model.ffn_hidden,
-         std::max<int64_t>(teacher_model.layers, layout.pipeline), config_.data.seq_len});
+        {teacher_model_.heads, teacher_model_.kv_heads, teacher_model_.ffn_hidden,
+         std::max<int64_t>(teacher_model_.layers, layout.pipeline), config_.data.seq_len});
   }
+  // One tokenizer, two vocabulary sizes (one padded further): both padded alike.
+  if (teacher_model_.vocab_size != student_model_.vocab_size)
+    layers::pad_vocabularies_alike(student_model_, teacher_model_);
+}
+
+void TrainerBuilder::build_distiller() {
+  const DistillSettings& settings = config_.distill;
+  if (!settings.enabled) return;
+  const layers::ModelConfig& teacher_model = teacher_model_;
+  if (!teacher_path_.empty())
+    require_same_tokenizer(student_tokenizer_, tokenizer_of_model(teacher_path_, hf_teacher_),
+                           "teacher.checkpoint",
+                           "a teacher must read the student's ids as the same tokens");
+  if (teacher_model.vocab_size != student_model_.vocab_size)
+    log_line("the teacher's vocabulary (" + std::to_string(teacher_model.vocab_size) +
+             ") and the student's (" + std::to_string(student_model_.vocab_size) +
+             ") differ: the logit loss runs over the " +
+             std::to_string(std::min(teacher_model.vocab_size, student_model_.vocab_size)) +
+             " ids both have" +
+             (student_tokenizer_.known()
+                  ? ""
+                  : " (give data.tokenizer to have the tokenizers compared)"));
   if (settings.objective.logits.teacher_top_k > teacher_model.vocab_size)
     throw UserError(
         "distill.teacher_top_k=" + std::to_string(settings.objective.logits.teacher_top_k) +
@@ -396,13 +446,13 @@ void TrainerBuilder::build_distiller() {
   }
   parts_.teacher->set_residual_type(residual_dtype_);
   parts_.teacher->set_run(parts_.run.get());
-  if (hf_teacher)
-    hf::load_hf_parameters(teacher_path, teacher_model, parts_.teacher->parameters(), parts_.tp);
-  else if (!teacher_path.empty())
-    load_checkpoint(teacher_path, mesh_, parts_.teacher->parameters(), nullptr);
+  if (hf_teacher_)
+    hf::load_hf_parameters(teacher_path_, teacher_model, parts_.teacher->parameters(), parts_.tp);
+  else if (!teacher_path_.empty())
+    load_checkpoint(teacher_path_, mesh_, parts_.teacher->parameters(), nullptr);
   MemoryScope projections(MemoryCategory::parameters);
   parts_.distiller = std::make_unique<distill::Distiller>(
-      objective, *parts_.teacher, config_.model, *parts_.store, parts_.tp, parts_.model->stage());
+      objective, *parts_.teacher, student_model_, *parts_.store, parts_.tp, parts_.model->stage());
   parts_.distiller->set_kernels(parts_.model->kernels());
 }
 

@@ -8,6 +8,8 @@
 #include "distill/distillation.h"
 #include "engine/optim/grad_sync.h"
 #include "parallel/communicator.h"
+#include "tp_layouts.h"
+#include "world_group.h"
 
 using namespace retort;
 using namespace retort::distill;
@@ -68,14 +70,8 @@ double run_identical(const layers::TensorParallel& tp, LogitLoss logit_kind,
 }  // namespace
 
 TEST(DistillIdentical, LossesAndGradientsVanishUnderTp1Tp2Stp2) {
-  MPI_Comm dup;
-  MPI_Comm_dup(MPI_COMM_WORLD, &dup);
-  parallel::Communicator comm(dup, "tp");
-  const std::vector<std::pair<std::string, layers::TensorParallel>> layouts = {
-      {"TP1", layers::TensorParallel{}},
-      {"TP" + std::to_string(comm.size()), layers::TensorParallel{&comm, false}},
-      {"STP" + std::to_string(comm.size()), layers::TensorParallel{&comm, true}}};
-  for (const auto& [name, tp] : layouts) {
+  parallel::Communicator comm(dup_world(), "tp");
+  for (const auto& [name, tp] : test::tp_layouts(comm)) {
     for (LogitLoss logit : {LogitLoss::forward_kl, LogitLoss::reverse_kl, LogitLoss::soft_ce}) {
       for (ActivationLoss act : {ActivationLoss::mse, ActivationLoss::cosine, ActivationLoss::l2}) {
         LossTerms terms;
