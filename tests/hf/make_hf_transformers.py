@@ -18,9 +18,10 @@ pinned in tools/requirements.txt).
                           unless its logits match the reference within 1e-5 of their largest
                           magnitude.
 
-VARIANT: llama_gqa_tied | llama_gqa_untied | mistral_window | qwen2_bias | mistral_head_dim |
-         llama3_rope | llama_linear_rope | qwen2_yarn (the RoPE scalings' original context is 8
-         positions, shorter than the reference's sequence) | qwen3_qk_norm | phi3_layout"""
+VARIANT: llama_gqa_tied | llama_gqa_untied | mistral_window | qwen2_bias | qwen25_bias_tied |
+         mistral_head_dim | llama3_rope | llama_linear_rope | qwen2_yarn (the RoPE scalings'
+         original context is 8 positions, shorter than the reference's sequence) |
+         qwen3_qk_norm | phi3_layout"""
 import os
 import sys
 
@@ -43,6 +44,7 @@ VARIANTS = {
     "llama_gqa_untied": (4, 2, False, None, "Llama"),
     "mistral_window": (4, 1, False, 5, "Mistral"),
     "qwen2_bias": (4, 2, False, None, "Qwen2"),  # Qwen2's q, k and v projections carry a bias
+    "qwen25_bias_tied": (4, 2, True, None, "Qwen2"),  # Qwen2.5's small models: bias, tied head
     "mistral_head_dim": (4, 2, False, None, "Mistral"),  # Mistral-Nemo's own head_dim, below
     "llama3_rope": (4, 2, True, None, "Llama"),  # Llama 3.2's RoPE scaling, below
     "llama_linear_rope": (4, 2, False, None, "Llama"),

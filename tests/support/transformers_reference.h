@@ -18,8 +18,9 @@ namespace retort::testing {
 
 // The variants the script builds: each family's structure, scaled down.
 inline const char* const kTransformersVariants[] = {
-    "llama_gqa_tied", "llama_gqa_untied",  "mistral_window", "qwen2_bias",    "mistral_head_dim",
-    "llama3_rope",    "llama_linear_rope", "qwen2_yarn",     "qwen3_qk_norm", "phi3_layout"};
+    "llama_gqa_tied",   "llama_gqa_untied", "mistral_window", "qwen2_bias",
+    "qwen25_bias_tied", "mistral_head_dim", "llama3_rope",    "llama_linear_rope",
+    "qwen2_yarn",       "qwen3_qk_norm",    "phi3_layout"};
 
 // Writes `variant` into `dir` (emptied first); returns dir. Throws if the script fails.
 inline std::string make_transformers_reference(const std::filesystem::path& dir,
