@@ -104,6 +104,10 @@ TrainConfig make_train_config(const Config& source, int world_size) {
   distill_settings.teacher.kv_heads = pick(teacher_keys.kv_heads, model.kv_heads);
   distill_settings.teacher.ffn_hidden = pick(teacher_keys.ffn_hidden, model.ffn_hidden);
   distill_settings.teacher.explicit_head_dim = pick(teacher_keys.head_dim, model.explicit_head_dim);
+  if (teacher_keys.tied_embeddings != TeacherHead::as_student) {
+    distill_settings.teacher_shape_given = true;
+    distill_settings.teacher.tied_embeddings = teacher_keys.tied_embeddings == TeacherHead::tied;
+  }
   const distill::DistillConfig& objective = distill_settings.objective;
   require(objective.logits.teacher_top_k == 0 ||
               objective.logits.kind != distill::LogitLoss::reverse_kl,

@@ -25,6 +25,8 @@ namespace retort::engine {
 RETORT_NAMED_ENUM(DType, float32, float64, bfloat16)
 RETORT_NAMED_ENUM(Device, cpu, cuda)
 RETORT_NAMED_ENUM(ReduceDType, float32, bfloat16)
+// teacher.tied_embeddings: whether the teacher's head is its embedding.
+RETORT_NAMED_ENUM(TeacherHead, as_student, tied, untied)
 RETORT_NAMED_ENUM(KernelChoice, automatic, aten)
 RETORT_NAMED_ENUM(GpuTransport, automatic, nccl, host_staged)
 RETORT_NAMED_ENUM(P2pRules, mpi, nccl)
@@ -75,7 +77,9 @@ struct ParamPolicy {
   KEY(int64_t, head_dim, "teacher.head_dim", 0, 0, 1e5,                                          \
       "teacher head width, 0 = the student's model.head_dim (or teacher hidden / heads)")        \
   KEY(int64_t, sliding_window, "teacher.sliding_window", 0, 0, 1e9,                              \
-      "teacher attention window, 0 = full")
+      "teacher attention window, 0 = full")                                                      \
+  KEY(TeacherHead, tied_embeddings, "teacher.tied_embeddings", TeacherHead::as_student, 0, 0,    \
+      "teacher LM head: as_student (model.tied_embeddings), tied or untied")
 
 struct TeacherKeys {
   RETORT_TEACHER_KEYS(RETORT_FIELD)

@@ -58,6 +58,12 @@ void require_teacher_sizes(const TeacherKeys& keys, const layers::ModelConfig& s
       throw UserError(std::string(key) + "=" + std::to_string(given) + ", but the teacher at '" +
                       path + "' has " + std::to_string(held) +
                       " (leave the teacher's sizes out to take its own)");
+  if (keys.tied_embeddings != TeacherHead::as_student &&
+      (keys.tied_embeddings == TeacherHead::tied) != stored.tied_embeddings)
+    throw UserError("teacher.tied_embeddings=" + enum_name(keys.tied_embeddings) +
+                    ", but the teacher at '" + path + "' has " +
+                    (stored.tied_embeddings ? "a tied" : "an untied") +
+                    " head (leave the key out to take its own)");
 }
 
 class TrainerBuilder {

@@ -140,6 +140,22 @@ TEST(Teacher, GivenSizesMustAgreeWithItsCheckpoint) {
               std::string::npos)
         << e.what();
   }
+  // Its head's tying too (the planner's teacher.tied_embeddings): this teacher's is untied.
+  Trainer untied(
+      small(fresh("untied"), {"teacher.checkpoint=" + dir, "teacher.tied_embeddings=untied",
+                              "distill.logit_weight=1", "checkpoint.save_at_end=false"}),
+      nullptr);
+  EXPECT_FALSE(untied.teacher()->config().tied_embeddings);
+  try {
+    Trainer tied(small(fresh("tied"), {"teacher.checkpoint=" + dir, "teacher.tied_embeddings=tied",
+                                       "distill.logit_weight=1"}),
+                 nullptr);
+    FAIL() << "teacher.tied_embeddings=tied was accepted for an untied teacher";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("teacher.tied_embeddings=tied, but the teacher at"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Reset, LoadingIsStrict) {
