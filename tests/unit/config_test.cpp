@@ -8,24 +8,12 @@
 #include "engine/config/precision_policy.h"
 #include "engine/config/train_config.h"
 #include "engine/observe/run_summary.h"
+#include "tests/support/user_error_of.h"
 
 using namespace retort;
 using namespace retort::engine;
 
-namespace {
-
-// The UserError message thrown by f, or "" if none was thrown.
-template <typename F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  return "";
-}
-
-}  // namespace
+using retort::testing::error_of;
 
 TEST(Config, ReadsNestedYamlAndOverrides) {
   Config c;
