@@ -405,6 +405,7 @@ void save_checkpoint(const std::string& path, parallel::Mesh& mesh,
       if (progress.seq_len > 0) index["seq_len"] = progress.seq_len;
       if (!progress.dtype.empty()) index["dtype"] = progress.dtype;
       if (!progress.tokenizer.empty()) index["tokenizer"] = progress.tokenizer;
+      if (progress.data_seed != 0) index["data_seed"] = progress.data_seed;
       nlohmann::json tensors = nlohmann::json::object();
       for (size_t r = 0; r < all.size(); ++r)
         for (const nlohmann::json& p : nlohmann::json::parse(all[r])) {
@@ -501,6 +502,7 @@ TrainingProgress load_checkpoint(const std::string& path, parallel::Mesh& mesh,
   progress.seq_len = index.header.value("seq_len", int64_t(0));
   progress.dtype = index.header.value("dtype", std::string());
   progress.tokenizer = index.header.value("tokenizer", std::string());
+  progress.data_seed = index.header.value("data_seed", uint64_t(0));
   if (optimizer) optimizer->set_steps(index.header.value("optimizer_steps", int64_t(0)));
   return progress;
 }

@@ -34,6 +34,7 @@ struct TrainingProgress {
   // The fingerprint of the tokenizer the ids mean (engine/data/tokenizer_fingerprint.h);
   // "" = not known.
   std::string tokenizer;
+  uint64_t data_seed = 0;  // the data order's seed (data_order_seed); 0 = not recorded
 };
 
 // The shape of a model as JSON, and back; a checkpoint stores it under /model/config_json so

@@ -14,6 +14,9 @@ namespace retort::engine {
   KEY(double, valid_fraction, "data.valid_fraction", 0.05, 0, 0.9,                             \
       "held-out fraction of documents")                                                        \
   KEY(int64_t, seq_len, "data.seq_len", 32, 1, 1e7, "tokens per sample")                       \
+  KEY(int64_t, seed, "data.seed", 0, 0, 9.2e18,                                                \
+      "seed of the data order (document and window shuffles); 0 = the run's seed. Students "   \
+      "of different seeds with one data.seed read the same samples (a teacher cache's)")       \
   KEY(std::string, tokenizer, "data.tokenizer", "", 0, 0,                                      \
       "the tokenizer the data was made with (tokenizer.json, its folder, a SentencePiece "     \
       ".model, or bytes): recorded in checkpoints and compared with a teacher's; empty = "     \
@@ -22,5 +25,10 @@ namespace retort::engine {
 struct DataConfig {
   RETORT_DATA_KEYS(RETORT_FIELD)
 };
+
+// The seed the data order follows: data.seed, else the run's.
+inline uint64_t data_order_seed(const DataConfig& data, uint64_t run_seed) {
+  return data.seed != 0 ? uint64_t(data.seed) : run_seed;
+}
 
 }  // namespace retort::engine

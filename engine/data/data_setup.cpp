@@ -24,8 +24,9 @@ std::shared_ptr<const IndexedDataset> open_checked(const std::string& prefix,
 
 }  // namespace
 
-SampleStreams build_sample_streams(const DataConfig& data, uint64_t seed,
+SampleStreams build_sample_streams(const DataConfig& data, uint64_t run_seed,
                                    const VocabularyLimit& vocabulary) {
+  const uint64_t seed = data_order_seed(data, run_seed);
   SampleStreams streams;
   std::vector<std::shared_ptr<TokenWindows>> train, valid;
   std::vector<double> valid_weights;

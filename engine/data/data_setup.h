@@ -25,7 +25,8 @@ struct VocabularyLimit {
 
 // Every dataset (data.paths and data.valid_paths) is checked against `vocabulary` first: a
 // token id outside [0, vocabulary.size) stops with one line naming the file, the id and the key.
-SampleStreams build_sample_streams(const DataConfig& data, uint64_t seed,
+// The order follows data_order_seed(data, run_seed).
+SampleStreams build_sample_streams(const DataConfig& data, uint64_t run_seed,
                                    const VocabularyLimit& vocabulary);
 
 }  // namespace retort::engine

@@ -242,6 +242,7 @@ TrainerParts TrainerBuilder::build() {
   parts_.progress.seq_len = config_.data.seq_len;
   parts_.progress.dtype = enum_name(config_.dtype);
   parts_.progress.tokenizer = student_tokenizer_.fingerprint;
+  parts_.progress.data_seed = data_order_seed(config_.data, config_.seed);
 
   if (config_.checkpoint.load == "auto") {
     // The newest checkpoint of run.dir that loads (its index.json is there and its checksums
@@ -325,6 +326,13 @@ void TrainerBuilder::finish_resume(const std::string& path) {
     throw UserError("checkpoint '" + path + "' was trained with seed " +
                     std::to_string(parts_.progress.seed) + " but the config has seed " +
                     std::to_string(config_.seed) + "; the data order would differ");
+  const uint64_t data_seed = data_order_seed(config_.data, config_.seed);
+  if (parts_.progress.data_seed != 0 && parts_.progress.data_seed != data_seed)
+    throw UserError("checkpoint '" + path + "' read its data in the order of data seed " +
+                    std::to_string(parts_.progress.data_seed) + " but this run's is " +
+                    std::to_string(data_seed) +
+                    " (data.seed, else seed); the data order would differ");
+  parts_.progress.data_seed = data_seed;
   log_line("resumed from " + path + " at step " + std::to_string(parts_.progress.step));
 }
 

@@ -303,6 +303,10 @@ if wanted checkpoint; then
   expect "bad resume keeps checkpoint" "seed" -- "$train" "$configs/tiny.yaml" "${small[@]}" \
     run.dir="$work/saved" training.steps=4 seed=99 checkpoint.load="$work/saved"
   same_files "bad resume keeps checkpoint" "$work/saved" "$sum"
+  expect "resume with another data.seed" "read its data in the order of data seed 1234 but this run's is 5" -- \
+    "$train" "$configs/tiny.yaml" "${small[@]}" run.dir="$work/saved" training.steps=4 data.seed=5 \
+    checkpoint.load="$work/saved"
+  same_files "resume with another data.seed" "$work/saved" "$sum"
   # A checkpoint folder without its index.json is reported, never taken for "no checkpoint".
   small_run "$work/damaged" 2
   rm "$work/damaged/checkpoints/step_00000002/index.json"

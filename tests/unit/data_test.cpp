@@ -12,6 +12,7 @@
 #include "common/user_error.h"
 #include "engine/data/batches.h"
 #include "engine/data/blended_samples.h"
+#include "engine/data/data_setup.h"
 #include "engine/data/indexed_dataset.h"
 #include "engine/data/token_windows.h"
 #include "tests/support/scratch_dir.h"
@@ -195,6 +196,30 @@ TEST(BlendedSamples, FollowsWeights) {
     from_b += is_b;
   }
   EXPECT_EQ(from_b, 100);
+}
+
+// data.seed decides the order alone: runs of two seeds with one data.seed read the same
+// samples (what lets students of different seeds share a teacher cache); without it, the run's
+// seed decides, and two seeds read different ones.
+TEST(SampleStreams, DataSeedDecidesTheOrderWhateverTheRunSeed) {
+  DataConfig data;
+  data.paths = {write_dataset("seeded", TokenDtype::UInt16, sample_documents(0))};
+  data.weights = {1.0};
+  data.seq_len = 4;
+  data.valid_fraction = 0;
+  const VocabularyLimit vocabulary{1000, "model.vocab_size"};
+  auto first_samples = [&](uint64_t run_seed) {
+    SampleStreams streams = build_sample_streams(data, run_seed, vocabulary);
+    std::vector<int64_t> tokens(5 * 12);
+    for (int64_t i = 0; i < 12; ++i) streams.train->sample(i, tokens.data() + 5 * i);
+    return tokens;
+  };
+  data.seed = 7;
+  EXPECT_EQ(first_samples(1), first_samples(2));
+  EXPECT_EQ(data_order_seed(data, 2), 7u);
+  data.seed = 0;
+  EXPECT_NE(first_samples(1), first_samples(2));
+  EXPECT_EQ(data_order_seed(data, 2), 2u);
 }
 
 TEST(BatchPlan, GlobalBatchOrderIndependentOfDataParallelRanks) {
