@@ -8,6 +8,7 @@
 
 #include "common/saved_object.h"
 #include "common/user_error.h"
+#include "distill/split_vocabulary.h"
 #include "kernels/logit_kernels.h"
 #include "layers/accumulation_type.h"
 #include "layers/compute_copy.h"
@@ -31,22 +32,6 @@ torch::Tensor chunk_logits(const torch::Tensor& x, const torch::Tensor& weight) 
 // A buffer for a chunk's logit gradient, in that type.
 torch::Tensor gradient_buffer(int64_t len, int64_t columns, const torch::Tensor& x) {
   return torch::empty({len, columns}, x.options().dtype(layers::accumulation_type(x)));
-}
-
-void tp_reduce(torch::Tensor& t, parallel::Communicator* group, parallel::ReduceOp op) {
-  if (group->size() > 1) group->all_reduce(t, op);
-}
-
-// log-sum-exp over the split vocabulary of x [n, local]; a rank may hold no column at all
-// (its whole slice is padding), and then contributes nothing.
-torch::Tensor split_logsumexp(const torch::Tensor& x, parallel::Communicator* group) {
-  if (group->size() == 1) return torch::logsumexp(x, -1);  // one fused kernel
-  torch::Tensor max = x.size(-1) > 0 ? std::get<0>(x.max(-1)).contiguous()
-                                     : torch::full({x.size(0)}, -kInfinity, x.options());
-  tp_reduce(max, group, parallel::ReduceOp::Max);
-  torch::Tensor sum = (x - max.unsqueeze(-1)).exp().sum(-1).contiguous();
-  tp_reduce(sum, group, parallel::ReduceOp::Sum);
-  return sum.log() + max;
 }
 
 torch::Tensor scaled(const torch::Tensor& x, double temperature) {
@@ -87,12 +72,7 @@ void subtract_target_one_hot(torch::Tensor& out, const torch::Tensor& c, const t
 // fewer real entries), as the gather needs.
 torch::Tensor top_k_threshold(const torch::Tensor& tt, int64_t k, int64_t padded_local,
                               parallel::Communicator* group) {
-  const int64_t candidates = std::min(k, padded_local);
-  torch::Tensor local = torch::full({tt.size(0), candidates}, -kInfinity, tt.options());
-  const int64_t have = std::min(candidates, tt.size(1));
-  if (have > 0) local.narrow(1, 0, have).copy_(std::get<0>(tt.topk(have, 1)));
-  if (group->size() > 1) local = group->all_gather(local, 1);
-  return std::get<0>(local.topk(k, 1)).select(1, k - 1).contiguous();
+  return split_top_k(tt, k, padded_local, 0, group).values.select(1, k - 1).contiguous();
 }
 
 // What both forms of the logit loss share: its settings, and per token the statistics the
