@@ -19,6 +19,7 @@ int run_consistency_command(int argc, char** argv, parallel::MpiRuntime& mpi,
   std::string layouts_text, out;
   int64_t accumulation = 2, reference_accumulation = 1;
   bool exact = false;
+  double tolerance = 0;
   options.add_options()("help,h", "print this help")(
       "layouts",
       po::value<std::string>(&layouts_text)
@@ -31,7 +32,10 @@ int run_consistency_command(int argc, char** argv, parallel::MpiRuntime& mpi,
       "reference-accumulation", po::value<int64_t>(&reference_accumulation)->default_value(1),
       "micro-batches per step on the reference (the first layout)")(
       "exact", po::bool_switch(&exact),
-      "hold every layout bitwise to the reference (layouts that run the same operations)");
+      "hold every layout bitwise to the reference (layouts that run the same operations)")(
+      "tolerance", po::value<double>(&tolerance)->default_value(0),
+      "hold the loss, terms, gradient norm, gradients and activations to this relative "
+      "tolerance instead of model.dtype's (0: model.dtype's)");
   const ConfigCommandLine line = parse_config_command_line(argc, argv, options);
   const po::variables_map& vm = line.options;
   if (vm.count("help") || line.config.empty()) {
@@ -44,6 +48,10 @@ int run_consistency_command(int argc, char** argv, parallel::MpiRuntime& mpi,
                    "float64; printed with the table).\n";
     return vm.count("help") ? 0 : 2;
   }
+  if (tolerance < 0 || (tolerance > 0 && exact))
+    throw UserError(
+        "--tolerance " + std::to_string(tolerance) +
+        ": a relative tolerance is 0 (model.dtype's) or positive, and not with --exact");
   using Flag = std::pair<const char*, int64_t>;
   for (const auto& [flag, value] : {Flag{"--accumulation", accumulation},
                                     Flag{"--reference-accumulation", reference_accumulation}})
@@ -107,6 +115,7 @@ int run_consistency_command(int argc, char** argv, parallel::MpiRuntime& mpi,
     const int64_t tokens = reference.training.global_batch * reference.data.seq_len;
     const ConsistencyTolerances tol =
         exact             ? ConsistencyTolerances{0, 0, 0}
+        : tolerance > 0   ? ConsistencyTolerances{tolerance, tolerance, tolerance}
         : against_float64 ? tolerances_against_float64(dtype, reference.model.layers, tokens)
                           : tolerances_for(dtype, reference.model.layers, tokens);
     std::vector<ComparisonRow> rows = {check_reference(layouts[0].name, records[0])};
