@@ -71,20 +71,8 @@ TEST(GenerationTp, GreedyTokensEqualTransformersGenerateOnTwoRanks) {
     ASSERT_EQ(made, 1);
     const engine::InferenceModel m = engine::load_inference_model(dir, mesh);
     ASSERT_EQ(m.store->tp().size, 2);
-    const torch::Tensor prompt =
-        retort::testing::reference_tensor(dir, "prompt", torch::kLong).view({-1});
-    const torch::Tensor want =
-        retort::testing::reference_tensor(dir, "generated", torch::kLong).view({-1});
-    engine::SamplingOptions greedy;
-    greedy.max_tokens = want.numel();
-    greedy.temperature = 0;
-    greedy.top_k = 0;
-    const std::vector<int64_t> got =
-        engine::generate(*m.model,
-                         std::vector<int64_t>(prompt.data_ptr<int64_t>(),
-                                              prompt.data_ptr<int64_t>() + prompt.numel()),
-                         greedy);
-    EXPECT_EQ(got, std::vector<int64_t>(want.data_ptr<int64_t>(),
-                                        want.data_ptr<int64_t>() + want.numel()));
+    const retort::testing::GreedyContinuations tokens =
+        retort::testing::greedy_continuations(*m.model, dir);
+    EXPECT_EQ(tokens.ours, tokens.transformers);
   }
 }

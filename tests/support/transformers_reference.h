@@ -2,7 +2,8 @@
 // tests/hf/make_hf_transformers.py (RETORT_PYTHON, RETORT_HF_TRANSFORMERS_SCRIPT: the test
 // target defines both). make_transformers_reference writes one variant's model, as
 // save_pretrained writes it, with reference.safetensors and step_gradients/ beside it;
-// reference_tensor reads one of reference.safetensors' tensors.
+// reference_tensor reads one of reference.safetensors' tensors; greedy_continuations gives
+// transformers' greedy continuation of the reference's prompt beside a model's own.
 #pragma once
 #include <torch/torch.h>
 
@@ -11,8 +12,11 @@
 #include <filesystem>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
+#include "engine/generate/generator.h"
 #include "engine/hf/safetensors.h"
+#include "layers/model.h"
 
 namespace retort::testing {
 
@@ -41,6 +45,28 @@ inline torch::Tensor reference_tensor(const std::string& dir, const std::string&
   if (size_t(out.nbytes()) != size_t(t->end - t->begin))
     throw std::runtime_error(name + ": not of the type asked for");
   std::memcpy(out.data_ptr(), file.bytes(*t), t->end - t->begin);
+  return out;
+}
+
+inline std::vector<int64_t> as_ids(const torch::Tensor& ids) {
+  const torch::Tensor flat = ids.contiguous().view({-1});
+  return std::vector<int64_t>(flat.data_ptr<int64_t>(), flat.data_ptr<int64_t>() + flat.numel());
+}
+
+struct GreedyContinuations {
+  std::vector<int64_t> transformers, ours;
+};
+// transformers' greedy generate() of the reference's prompt (its "generated"), and `model`'s
+// greedy continuation of the same prompt for as many tokens, through the KV cache.
+inline GreedyContinuations greedy_continuations(const layers::LlamaModel& model,
+                                                const std::string& dir) {
+  GreedyContinuations out;
+  out.transformers = as_ids(reference_tensor(dir, "generated", torch::kLong));
+  engine::SamplingOptions greedy;
+  greedy.max_tokens = int64_t(out.transformers.size());
+  greedy.temperature = 0;
+  greedy.top_k = 0;
+  out.ours = engine::generate(model, as_ids(reference_tensor(dir, "prompt", torch::kLong)), greedy);
   return out;
 }
 

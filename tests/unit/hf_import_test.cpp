@@ -131,20 +131,9 @@ TEST(HfGenerate, GreedyTokensEqualTransformersGenerate) {
   for (const char* variant : kTransformersVariants) {
     const std::string dir = make_transformers_reference(variant);
     const engine::InferenceModel m = engine::load_inference_model(dir, *mesh);
-    const torch::Tensor prompt = reference_tensor(dir, "prompt", torch::kLong).view({-1});
-    const torch::Tensor want = reference_tensor(dir, "generated", torch::kLong).view({-1});
-    engine::SamplingOptions greedy;
-    greedy.max_tokens = want.numel();
-    greedy.temperature = 0;
-    greedy.top_k = 0;
-    const std::vector<int64_t> got =
-        engine::generate(*m.model,
-                         std::vector<int64_t>(prompt.data_ptr<int64_t>(),
-                                              prompt.data_ptr<int64_t>() + prompt.numel()),
-                         greedy);
-    EXPECT_EQ(got, std::vector<int64_t>(want.data_ptr<int64_t>(),
-                                        want.data_ptr<int64_t>() + want.numel()))
-        << variant;
+    const retort::testing::GreedyContinuations tokens =
+        retort::testing::greedy_continuations(*m.model, dir);
+    EXPECT_EQ(tokens.ours, tokens.transformers) << variant;
   }
 }
 
