@@ -11,15 +11,20 @@ namespace retort::distill {
 
 RETORT_NAMED_ENUM(LogitLoss, forward_kl, reverse_kl, soft_ce)
 RETORT_NAMED_ENUM(ActivationLoss, mse, cosine, l2)
+// What a teacher known by its top k (a teacher cache) does with the mass outside them:
+// renormalise the k to sum to one, or keep the tail as one more class (ghost).
+RETORT_NAMED_ENUM(TopKTail, renormalise, ghost)
 
-#define RETORT_LOGIT_LOSS_KEYS(KEY)                                                        \
-  KEY(LogitLoss, kind, "distill.logit_loss", LogitLoss::forward_kl, 0, 0,                  \
-      "logit distillation loss")                                                           \
-  KEY(double, temperature, "distill.temperature", 1.0, 1e-3, 1e3, "softmax temperature")   \
-  KEY(bool, scale_by_t2, "distill.scale_t2", true, 0, 0, "multiply the logit loss by T^2") \
-  KEY(int64_t, teacher_top_k, "distill.teacher_top_k", 0, 0, 1e9,                          \
-      "keep the teacher's k largest logits per token (0 = all); forward_kl / soft_ce")     \
-  KEY(int64_t, chunk_tokens, "distill.chunk_tokens", 192, 1, 1e9,                          \
+#define RETORT_LOGIT_LOSS_KEYS(KEY)                                                          \
+  KEY(LogitLoss, kind, "distill.logit_loss", LogitLoss::forward_kl, 0, 0,                    \
+      "logit distillation loss")                                                             \
+  KEY(double, temperature, "distill.temperature", 1.0, 1e-3, 1e3, "softmax temperature")     \
+  KEY(bool, scale_by_t2, "distill.scale_t2", true, 0, 0, "multiply the logit loss by T^2")   \
+  KEY(int64_t, teacher_top_k, "distill.teacher_top_k", 0, 0, 1e9,                            \
+      "keep the teacher's k largest logits per token (0 = all); forward_kl / soft_ce")       \
+  KEY(TopKTail, top_k_tail, "distill.top_k_tail", TopKTail::renormalise, 0, 0,               \
+      "with teacher.cache: renormalise the cached k, or ghost (the tail as one more class)") \
+  KEY(int64_t, chunk_tokens, "distill.chunk_tokens", 192, 1, 1e9,                            \
       "tokens per logit-loss chunk (the default: bench_logit_loss, docs/benchmarks.md; "     \
       "with runtime.device=cuda, 4096)")
 

@@ -55,7 +55,7 @@ std::vector<ActivationPair> make_activation_pairs(const std::vector<std::string>
   return pairs;
 }
 
-Distiller::Distiller(DistillConfig config, Teacher& teacher, const layers::ModelConfig& student,
+Distiller::Distiller(DistillConfig config, Teacher* teacher, const layers::ModelConfig& student,
                      layers::ParameterStore& student_store, const layers::TensorParallel& tp,
                      layers::ModelStage student_stage)
     : config_(std::move(config)), teacher_(teacher), tp_(tp) {
@@ -64,11 +64,18 @@ Distiller::Distiller(DistillConfig config, Teacher& teacher, const layers::Model
     const int64_t layer = layers::capture_layer(pair.student);
     local_.push_back(layer >= student_stage.first_layer && layer < end);
   }
-  const int64_t hs = student.hidden, ht = teacher.config().hidden;
-  if (config_.logit_weight > 0 && layers::padded_vocab_size(student, tp.size()) !=
-                                      layers::padded_vocab_size(teacher.config(), tp.size()))
+  if (!teacher) {
+    TORCH_CHECK(config_.activation_weight == 0, "distill: activation losses need the teacher");
+    return;  // no projection: no activation loss
+  }
+  const int64_t hs = student.hidden, ht = teacher->config().hidden;
+  // A teacher with its head here serves the logit loss (one serving activations alone, its
+  // logits cached, has none).
+  if (config_.logit_weight > 0 && teacher->model().stage().head &&
+      layers::padded_vocab_size(student, tp.size()) !=
+          layers::padded_vocab_size(teacher->config(), tp.size()))
     throw UserError("distill: the student's vocabulary (" + std::to_string(student.vocab_size) +
-                    ") and the teacher's (" + std::to_string(teacher.config().vocab_size) +
+                    ") and the teacher's (" + std::to_string(teacher->config().vocab_size) +
                     ") are not padded alike (layers::pad_vocabularies_alike)");
   for (size_t i = 0; i < config_.pairs.size(); ++i) {
     if (hs == ht || !local(i)) {
@@ -104,13 +111,47 @@ torch::Tensor Distiller::output_loss(const HeadInput& student, const HeadInput& 
                                      const torch::Tensor& targets, double target_count,
                                      int64_t vocab_size, int64_t lm_chunk_tokens,
                                      bool recompute_heads, PendingTerms* terms) const {
+  const int64_t teacher_vocab = config_.logit_weight > 0 ? teacher_->config().vocab_size : 0;
+  return logit_and_lm_loss(
+      student, targets, target_count, vocab_size, teacher_vocab, lm_chunk_tokens, terms,
+      [&](const torch::Tensor& weight, const torch::Tensor& ce_targets, int64_t shared,
+          const LossFactors& factors) {
+        return logit_distillation_from_heads(student, teacher, weight, ce_targets, shared,
+                                             config_.logits, tp_, factors,
+                                             recompute_heads ? HeadLogits::formed_again_in_backward
+                                                             : HeadLogits::gradient_in_forward,
+                                             kernels_.run);
+      });
+}
+
+torch::Tensor Distiller::output_loss_from_cache(const HeadInput& student,
+                                                const SparseTeacher& teacher,
+                                                const torch::Tensor& targets, double target_count,
+                                                int64_t vocab_size, int64_t lm_chunk_tokens,
+                                                PendingTerms* terms) const {
+  TORCH_CHECK(logits_from_cache(), "output_loss_from_cache: the logits do not come from a cache");
+  return logit_and_lm_loss(
+      student, targets, target_count, vocab_size, cached_vocab_size_, lm_chunk_tokens, terms,
+      [&](const torch::Tensor& weight, const torch::Tensor& ce_targets, int64_t shared,
+          const LossFactors& factors) {
+        return logit_distillation_from_cache(student, teacher, weight, ce_targets, shared,
+                                             config_.logits, tp_, factors, kernels_.run);
+      });
+}
+
+template <typename LogitLossOf>
+torch::Tensor Distiller::logit_and_lm_loss(const HeadInput& student, const torch::Tensor& targets,
+                                           double target_count, int64_t vocab_size,
+                                           int64_t teacher_vocab, int64_t lm_chunk_tokens,
+                                           PendingTerms* terms,
+                                           const LogitLossOf& logit_loss) const {
   const bool with_lm = config_.lm_weight > 0;
   if (config_.logit_weight <= 0)
     return with_lm ? lm_loss(student, targets, target_count, vocab_size, lm_chunk_tokens, terms)
                    : torch::zeros({}, student.input.options());
   // The LM loss rides along with the logit loss on the same student logits where both cover
   // the same ids; a student with ids the teacher lacks takes its LM loss over all of its own.
-  const int64_t shared = std::min(vocab_size, teacher_.config().vocab_size);
+  const int64_t shared = std::min(vocab_size, teacher_vocab);
   const bool lm_fused = with_lm && shared == vocab_size;
   if (with_lm && !lm_fused && student.weight_grad_sink)  // it takes one gradient per backward
     throw UserError("distill.lm_weight: the student's vocabulary (" + std::to_string(vocab_size) +
@@ -121,11 +162,8 @@ torch::Tensor Distiller::output_loss(const HeadInput& student, const HeadInput& 
   const bool dropped = fault_injected(Fault::LogitTermOneTpRank) && tp_.rank() != 0;
   const LossFactors factors{dropped ? 0.0 : config_.logit_weight / target_count,
                             lm_fused ? config_.lm_weight / target_count : 0.0};
-  LogitLossValue value = logit_distillation_from_heads(
-      student, teacher, targets.ne(kIgnore), lm_fused ? targets : torch::Tensor(), shared,
-      config_.logits, tp_, factors,
-      recompute_heads ? HeadLogits::formed_again_in_backward : HeadLogits::gradient_in_forward,
-      kernels_.run);
+  LogitLossValue value =
+      logit_loss(targets.ne(kIgnore), lm_fused ? targets : torch::Tensor(), shared, factors);
   terms->add(PendingTerms::Term::logits, value.kd_sum / target_count);
   if (lm_fused) terms->add(PendingTerms::Term::lm, value.ce_sum / target_count);
   if (with_lm && !lm_fused)

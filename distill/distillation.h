@@ -5,6 +5,9 @@
 // When teacher and student hidden sizes differ, each pair gets a learned projection
 // (student -> teacher width), a parameter of the student replicated over TP.
 //
+// The logit loss may take its teacher from a teacher cache instead (take_logits_from_cache):
+// the teacher, if any, then runs only for the activation losses.
+//
 // Under pipeline parallelism a Distiller serves one stage: it builds the activation losses
 // (and projections) of the pairs whose student layer runs there, and the LM and logit
 // losses on the last stage, each stage adding its part to the one loss it back-propagates.
@@ -17,6 +20,7 @@
 #include <vector>
 
 #include "distill/activation_losses.h"
+#include "distill/cached_logit_loss.h"
 #include "distill/logit_losses.h"
 #include "distill/pending_terms.h"
 #include "distill/teacher.h"
@@ -31,18 +35,21 @@ std::vector<ActivationPair> make_activation_pairs(const std::vector<std::string>
 
 class Distiller {
  public:
-  // student_stage: the student layers of this pipeline stage (default: all).
-  Distiller(DistillConfig config, Teacher& teacher, const layers::ModelConfig& student,
+  // student_stage: the student layers of this pipeline stage (default: all). teacher: null
+  // when nothing needs it (the logits come from a cache and no activation is distilled).
+  Distiller(DistillConfig config, Teacher* teacher, const layers::ModelConfig& student,
             layers::ParameterStore& student_store, const layers::TensorParallel& tp,
             layers::ModelStage student_stage = {});
+  // The logit loss reads a cached teacher of `vocab_size` ids (output_loss_from_cache).
+  void take_logits_from_cache(int64_t vocab_size) { cached_vocab_size_ = vocab_size; }
   // Capture points of the pairs on this stage.
   std::set<std::string> student_captures() const;
   std::set<std::string> teacher_captures() const;
   const std::vector<ActivationPair>& pairs() const { return config_.pairs; }
   bool uses_activations() const { return config_.activation_weight > 0; }
-  bool needs_teacher() const { return config_.logit_weight > 0 || config_.activation_weight > 0; }
-  bool needs_teacher_logits() const { return config_.logit_weight > 0; }
-  Teacher& teacher() { return teacher_; }
+  bool needs_teacher() const { return needs_teacher_logits() || config_.activation_weight > 0; }
+  bool needs_teacher_logits() const { return config_.logit_weight > 0 && cached_vocab_size_ == 0; }
+  bool logits_from_cache() const { return config_.logit_weight > 0 && cached_vocab_size_ > 0; }
   // The run's kernel choices (the student model's), for the losses' products and row loops.
   void set_kernels(const layers::KernelPolicy& kernels) { kernels_ = kernels; }
 
@@ -57,6 +64,11 @@ class Distiller {
                             const torch::Tensor& targets, double target_count, int64_t vocab_size,
                             int64_t lm_chunk_tokens, bool recompute_heads,
                             PendingTerms* terms) const;
+  // output_loss with the teacher's logits known by their cached top k (logits_from_cache()).
+  torch::Tensor output_loss_from_cache(const HeadInput& student, const SparseTeacher& teacher,
+                                       const torch::Tensor& targets, double target_count,
+                                       int64_t vocab_size, int64_t lm_chunk_tokens,
+                                       PendingTerms* terms) const;
   // The weighted activation losses of this stage's pairs (zero without any). Takes the
   // pairs' captures out of both sinks: the losses keep what their backward needs.
   torch::Tensor activation_loss(const torch::Tensor& targets, layers::CaptureSink& student_sink,
@@ -68,8 +80,15 @@ class Distiller {
   // The LM cross-entropy over the student's whole vocabulary, weighted; terms gets its part.
   torch::Tensor lm_loss(const HeadInput& student, const torch::Tensor& targets, double target_count,
                         int64_t vocab_size, int64_t lm_chunk_tokens, PendingTerms* terms) const;
+  // The logit loss and the LM loss beside it, from the heads or from the cache.
+  template <typename LogitLossOf>
+  torch::Tensor logit_and_lm_loss(const HeadInput& student, const torch::Tensor& targets,
+                                  double target_count, int64_t vocab_size, int64_t teacher_vocab,
+                                  int64_t lm_chunk_tokens, PendingTerms* terms,
+                                  const LogitLossOf& logit_loss) const;
   DistillConfig config_;
-  Teacher& teacher_;
+  Teacher* teacher_;
+  int64_t cached_vocab_size_ = 0;  // > 0: the logits come from a cache of this vocabulary
   layers::TensorParallel tp_;
   layers::KernelPolicy kernels_;
   std::vector<torch::Tensor> projections_;  // per pair; undefined when widths agree

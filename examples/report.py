@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """examples/report.py: the table and loss curves of examples/distill_experiments.sh.
 Usage: report.py RUNS_DIR OUT_DIR. Writes OUT_DIR/table.md and OUT_DIR/lm_loss.png,
-OUT_DIR/logit_loss.png from each run's metrics.jsonl."""
+OUT_DIR/logit_loss.png from each run's metrics.jsonl. A student trained from the teacher cache
+too (run NAME-cached) gets its final losses and the wall time of both runs in the table."""
 import json
 import os
 import sys
@@ -22,16 +23,34 @@ def main(runs, out):
     os.makedirs(out, exist_ok=True)
     runs_found = [r for r in ORDER if os.path.exists(f"{runs}/{r}/metrics.jsonl")]
     data = {r: rows(f"{runs}/{r}/metrics.jsonl") for r in runs_found}
-    lines = ["| run | steps | final LM loss (train) | final logit loss | validation LM loss |",
-             "|---|---|---|---|---|"]
-    for r in runs_found:
-        last = data[r][-1]
-        lm = last.get("lm_loss", last["loss"])
+    lines = ["| run | steps | final LM loss (train) | final logit loss | validation LM loss | "
+             "time, teacher online (s) | time, teacher cache (s) |",
+             "|---|---|---|---|---|---|---|"]
+
+    def seconds(run):
+        path = f"{runs}/{run}/wall_seconds"
+        return f"{float(open(path).read()):.1f}" if os.path.exists(path) else "-"
+
+    def losses(run):
+        rows_of_run = rows(f"{runs}/{run}/metrics.jsonl")
+        last = rows_of_run[-1]
         kd = last.get("logit_loss")
-        valid = [x["valid_loss"] for x in data[r] if "valid_loss" in x]
-        lines.append(f"| {r} | {last['step']} | {lm:.4f} | "
-                     f"{'-' if kd is None else f'{kd:.4f}'} | "
-                     f"{'-' if not valid else f'{valid[-1]:.4f}'} |")
+        valid = [x["valid_loss"] for x in rows_of_run if "valid_loss" in x]
+        return (last["step"], f"{last.get('lm_loss', last['loss']):.4f}",
+                "-" if kd is None else f"{kd:.4f}", "-" if not valid else f"{valid[-1]:.4f}")
+
+    for r in runs_found:
+        step, lm, kd, valid = losses(r)
+        cached = f"{r}-cached"
+        cached_time = seconds(cached) if os.path.exists(f"{runs}/{cached}") else "-"
+        lines.append(f"| {r} | {step} | {lm} | {kd} | {valid} | {seconds(r)} | {cached_time} |")
+        if os.path.exists(f"{runs}/{cached}/metrics.jsonl"):
+            step, lm, kd, valid = losses(cached)
+            lines.append(f"| {r}, from the cache | {step} | {lm} | {kd} | {valid} | - | "
+                         f"{cached_time} |")
+    if os.path.exists(f"{runs}/teacher_cache/wall_seconds"):
+        lines.append("")
+        lines.append(f"Writing the teacher cache once took {seconds('teacher_cache')} s.")
     open(f"{out}/table.md", "w").write("\n".join(lines) + "\n")
     print("\n".join(lines))
     for key, label in (("lm_loss", "LM loss (nats/byte)"), ("logit_loss", "forward KL to teacher")):

@@ -133,6 +133,7 @@ KeySpec spec(const char* path, const T& default_value, double min, double max, c
 std::vector<KeySpec> build_keys() {
   using distill::ActivationLoss;
   using distill::LogitLoss;
+  using distill::TopKTail;
   using layers::Checkpointing;
   using layers::RopeScaling;
   return {RETORT_RUN_KEYS(RETORT_SPEC_RUN) RETORT_MODEL_KEYS(RETORT_SPEC_MODEL)

@@ -116,6 +116,15 @@ TrainConfig make_train_config(const Config& source, int world_size) {
   require(objective.logits.teacher_top_k <= model.vocab_size,
           "distill.teacher_top_k=" + str(objective.logits.teacher_top_k) +
               " is above the vocabulary (model.vocab_size=" + str(model.vocab_size) + ")");
+  if (!teacher_keys.cache.empty() && objective.logit_weight > 0) {
+    require(objective.logits.kind != distill::LogitLoss::reverse_kl,
+            "teacher.cache holds the teacher's top k only: distill.logit_loss=reverse_kl is "
+            "undefined where that teacher has zero probability; use forward_kl or soft_ce");
+    require(!config.optimizer.in_backward,
+            "teacher.cache: the cached logit loss forms the head's gradient in forward, which "
+            "optimizer.in_backward: true (stepping the head's rows inside backward) does not "
+            "take; set optimizer.in_backward: false");
+  }
   distill_settings.enabled = objective.logit_weight > 0 || objective.activation_weight > 0;
   require(objective.lm_weight > 0 || distill_settings.enabled,
           "distill.lm_weight, distill.logit_weight and distill.activation_weight are all 0");

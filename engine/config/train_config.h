@@ -67,6 +67,9 @@ struct ParamPolicy {
 #define RETORT_TEACHER_KEYS(KEY)                                                                 \
   KEY(std::string, checkpoint, "teacher.checkpoint", "", 0, 0,                                   \
       "teacher weights (file or run dir); empty = initialised from teacher.seed")                \
+  KEY(std::string, cache, "teacher.cache", "", 0, 0,                                             \
+      "a teacher cache (engine_teacher_cache) the logit loss reads instead of running the "      \
+      "teacher; empty = run it")                                                                 \
   KEY(int64_t, seed, "teacher.seed", 0, 0, 9.2e18, "teacher init seed, 0 = the run seed")        \
   KEY(int64_t, hidden, "teacher.hidden", 0, 0, 1e6, "teacher hidden size, 0 = the student's")    \
   KEY(int64_t, layers, "teacher.layers", 0, 0, 10000, "teacher layers, 0 = the student's")       \
@@ -92,6 +95,10 @@ struct DistillSettings {
   bool enabled = false;              // any teacher-based weight > 0
   layers::ModelConfig teacher;       // the student's shape with the teacher.* sizes given
   bool teacher_shape_given = false;  // any teacher.<size> key set; else from its checkpoint
+  // Whether the run holds and runs a teacher: not when a teacher cache serves every loss.
+  bool runs_teacher() const {
+    return enabled && (keys.cache.empty() || objective.activation_weight > 0);
+  }
 };
 
 #define RETORT_PARALLEL_KEYS(KEY)                                                            \

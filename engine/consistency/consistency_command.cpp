@@ -20,6 +20,7 @@ int run_consistency_command(int argc, char** argv, parallel::MpiRuntime& mpi,
   int64_t accumulation = 2, reference_accumulation = 1;
   bool exact = false;
   double tolerance = 0;
+  std::vector<std::string> reference_keys;
   options.add_options()("help,h", "print this help")(
       "layouts",
       po::value<std::string>(&layouts_text)
@@ -35,7 +36,11 @@ int run_consistency_command(int argc, char** argv, parallel::MpiRuntime& mpi,
       "hold every layout bitwise to the reference (layouts that run the same operations)")(
       "tolerance", po::value<double>(&tolerance)->default_value(0),
       "hold the loss, terms, gradient norm, gradients and activations to this relative "
-      "tolerance instead of model.dtype's (0: model.dtype's)");
+      "tolerance instead of model.dtype's (0: model.dtype's)")(
+      "reference-key", po::value<std::vector<std::string>>(&reference_keys)->composing(),
+      "key=value for the reference (the first layout) alone, repeatable: the others are held "
+      "to a differently configured run (a student from a teacher cache against one distilled "
+      "online); its record is then <layout>_reference.h5");
   const ConfigCommandLine line = parse_config_command_line(argc, argv, options);
   const po::variables_map& vm = line.options;
   if (vm.count("help") || line.config.empty()) {
@@ -61,6 +66,9 @@ int run_consistency_command(int argc, char** argv, parallel::MpiRuntime& mpi,
   Config config = Config::load(line.config, line.overrides);
   config.apply_override("run.dir=" + out + "/runs");  // the layouts' metrics beside the records
   auto accumulation_of = [&](size_t i) { return i == 0 ? reference_accumulation : accumulation; };
+  Config reference_config = config;
+  for (const std::string& key_value : reference_keys) reference_config.apply_override(key_value);
+  auto config_of = [&](size_t i) -> const Config& { return i == 0 ? reference_config : config; };
   std::vector<std::string> names;
   boost::split(names, layouts_text, boost::is_any_of(","));
   std::vector<ConsistencyLayout> layouts;
@@ -70,16 +78,20 @@ int run_consistency_command(int argc, char** argv, parallel::MpiRuntime& mpi,
       throw UserError("layout " + n + " needs " + std::to_string(layouts.back().ranks()) +
                       " ranks but mpirun started " + std::to_string(mpi.world_size()));
   }
+  auto record_name = [&](size_t i) {
+    return layouts[i].file_name() + (i == 0 && !reference_keys.empty() ? "_reference" : "");
+  };
   // Every layout is checked before any runs: a bad last one fails in a second, not after
   // the others have run.
   for (size_t i = 0; i < layouts.size(); ++i)
-    consistency_train_config(config, layouts[i], accumulation_of(i));
+    consistency_train_config(config_of(i), layouts[i], accumulation_of(i));
   std::vector<LayoutRecord> records(layouts.size());
   for (size_t i = 0; i < layouts.size(); ++i) {
     if (before_layout) before_layout(i);
-    run_consistency_layout(config, layouts[i], accumulation_of(i), MPI_COMM_WORLD, &records[i]);
+    run_consistency_layout(config_of(i), layouts[i], accumulation_of(i), MPI_COMM_WORLD,
+                           &records[i]);
     if (mpi.world_rank() == 0) {
-      write_record(out + "/" + layouts[i].file_name() + ".h5", records[i]);
+      write_record(out + "/" + record_name(i) + ".h5", records[i]);
       std::cout << "ran " << layouts[i].name << " (" << records[i].transport << "): losses";
       for (const StepRecord& s : records[i].steps) std::printf(" %.10g", s.loss);
       if (!records[i].dp_sum.empty()) std::cout << "; dp sum: " << records[i].dp_sum;
@@ -93,7 +105,7 @@ int run_consistency_command(int argc, char** argv, parallel::MpiRuntime& mpi,
   LayoutRecord float64_reference;
   if (against_float64) {
     if (before_layout) before_layout(0);  // what the reference ran with
-    Config exact_config = config;
+    Config exact_config = reference_config;
     exact_config.apply_override("model.dtype=float64");
     exact_config.apply_override("parallel.dp_reduce_dtype=float32");  // bf16 sums are for bf16
     exact_config.apply_override("run.dir=" + out + "/runs_float64");
@@ -110,7 +122,7 @@ int run_consistency_command(int argc, char** argv, parallel::MpiRuntime& mpi,
   int failed = 0;
   if (mpi.world_rank() == 0) {
     const TrainConfig reference =
-        consistency_train_config(config, layouts[0], reference_accumulation);
+        consistency_train_config(reference_config, layouts[0], reference_accumulation);
     const std::string dtype = config.get_string("model.dtype");
     const int64_t tokens = reference.training.global_batch * reference.data.seq_len;
     const ConsistencyTolerances tol =
@@ -123,6 +135,8 @@ int run_consistency_command(int argc, char** argv, parallel::MpiRuntime& mpi,
       rows.push_back(compare_records(layouts[i].name, records[0], records[i], tol,
                                      exact ? kExactGradientNorm : tol.loss, &float64_reference));
     for (const ComparisonRow& row : rows) failed |= !row.ok();
+    for (const std::string& key_value : reference_keys)
+      std::cout << "reference key: " << key_value << "\n";
     std::cout << "reference: " << layouts[0].name << " (" << config.get_string("model.dtype")
               << ", " << reference_accumulation << " micro-batch(es) a step; the others "
               << accumulation << ")" << (exact ? ", every layout held bitwise (|g| to 1e-6)" : "")

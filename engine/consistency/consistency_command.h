@@ -1,6 +1,7 @@
 // engine/consistency/consistency_command.h: the gradient-consistency suite as one command,
 //   mpirun -np N PROGRAM CONFIG.yaml [key=value ...] [--layouts TP1,TP2,...] [--out DIR]
-//          [--accumulation 2] [--reference-accumulation 1] [--exact]
+//          [--accumulation 2] [--reference-accumulation 1] [--exact] [--tolerance X]
+//          [--reference-key key=value ...]
 // run by engine_consistency and, with a fault injected into the layouts after the
 // reference, by the suite's self-test. Runs the same short training under each layout on a
 // subset of the ranks, writes DIR/<layout>.h5 and prints the table of relative differences

@@ -154,7 +154,7 @@ std::map<std::string, int64_t> plan_communication(const TrainConfig& c, const Pl
     }
     add("dp/all_reduce", kScalar * loss_values(c) + kScalar);  // loss sum, target count
   }
-  if (c.distill.enabled) {
+  if (c.distill.runs_teacher()) {
     // The teacher's forward, in the student's layout (an estimate: the tests check LM steps):
     // per micro-batch its blocks' row-parallel exits, its embedding's and its head's entry,
     // and its hidden state travelling the pipeline beside the student's.
@@ -270,7 +270,7 @@ PlanMemory plan_memory(const TrainConfig& c, const PlanRank& rank) {
     mem.peak_gradients = gradients_in_backward;
     mem.peak_temporaries = temporaries;
   }
-  if (c.distill.enabled) {
+  if (c.distill.runs_teacher()) {
     const layers::ModelConfig& t = c.distill.teacher;
     TrainConfig teacher_config = c;
     teacher_config.model = t;
@@ -294,7 +294,7 @@ PlanTime plan_time(const TrainConfig& c, const ClusterShape& cluster) {
   if (c.memory.activation_checkpointing == layers::Checkpointing::selective)
     recompute = (student - c.model.training_flops_per_token(1)) / 3;
   const double teacher =
-      c.distill.enabled ? c.distill.teacher.training_flops_per_token(seq) / 3 : 0;  // forward
+      c.distill.runs_teacher() ? c.distill.teacher.training_flops_per_token(seq) / 3 : 0;
   // The LM head's three products (logits, d/dx, d/dW). The fused head forms all three in
   // forward; when its weight's gradient streams in blocks (optimizer-in-backward, or
   // parallel.dp_head_blocks under DP) backward forms the logits again and then d/dW.

@@ -60,7 +60,7 @@ nlohmann::json header_json(const TeacherCacheHeader& h) {
           {"samples", s.samples},
           {"samples_per_shard", s.samples_per_shard},
           {"id_bits", id_bits(s.vocab_size)},
-          {"value_type", "float16"},
+          {"value_type", value_type_name(s.value_type)},
           {"fingerprint", h.fingerprint}};
 }
 
@@ -90,6 +90,8 @@ TeacherCacheHeader read_header(const std::string& dir) {
     h.shape.vocab_size = j.at("vocab_size").get<int64_t>();
     h.shape.samples = j.at("samples").get<int64_t>();
     h.shape.samples_per_shard = j.at("samples_per_shard").get<int64_t>();
+    h.shape.value_type =
+        parse_value_type(j.at("value_type").get<std::string>(), "'" + path.string() + "'");
     h.fingerprint = j.at("fingerprint").get<std::map<std::string, std::string>>();
   } catch (const nlohmann::json::exception& e) {
     throw UserError("teacher cache: '" + path.string() + "': " + e.what());
@@ -156,7 +158,21 @@ std::string shard_name(int64_t first) {
   return name;
 }
 
+int64_t value_bytes(CacheValueType type) {
+  return type == CacheValueType::float64 ? 8 : 2;
+}
+
 }  // namespace
+
+const char* value_type_name(CacheValueType type) {
+  return type == CacheValueType::float64 ? "float64" : "float16";
+}
+
+CacheValueType parse_value_type(const std::string& name, const std::string& what) {
+  for (CacheValueType type : {CacheValueType::float16, CacheValueType::float64})
+    if (name == value_type_name(type)) return type;
+  throw UserError(what + ": value type '" + name + "' is not float16 or float64");
+}
 
 int64_t id_bits(int64_t vocab_size) {
   int64_t bits = 1;
@@ -166,7 +182,8 @@ int64_t id_bits(int64_t vocab_size) {
 
 int64_t record_bytes(const TeacherCacheShape& s) {
   const int64_t entries = s.seq_len * s.top_k;
-  return 2 * entries + 2 * s.seq_len + (entries * id_bits(s.vocab_size) + 7) / 8;
+  return value_bytes(s.value_type) * (entries + s.seq_len) +
+         (entries * id_bits(s.vocab_size) + 7) / 8;
 }
 
 std::vector<uint8_t> encode_record(const TeacherCacheShape& s, const CachedSample& sample) {
@@ -176,13 +193,18 @@ std::vector<uint8_t> encode_record(const TeacherCacheShape& s, const CachedSampl
     throw std::invalid_argument("encode_record: the sample's sizes do not match the shape");
   std::vector<uint8_t> out(size_t(record_bytes(s)), 0);
   uint8_t* at = out.data();
-  auto put_half = [&](float v) {
-    const uint16_t h = float_to_half(v);
+  auto put_value = [&](double v) {
+    if (s.value_type == CacheValueType::float64) {
+      std::memcpy(at, &v, 8);
+      at += 8;
+      return;
+    }
+    const uint16_t h = float_to_half(float(v));
     std::memcpy(at, &h, 2);
     at += 2;
   };
-  for (float v : sample.log_probs) put_half(v);
-  for (float v : sample.tail_log_mass) put_half(v);
+  for (double v : sample.log_probs) put_value(v);
+  for (double v : sample.tail_log_mass) put_value(v);
   const int64_t bits = id_bits(s.vocab_size);
   int64_t bit = 0;
   for (int64_t id : sample.ids) {
@@ -202,14 +224,20 @@ CachedSample decode_record(const TeacherCacheShape& s, const uint8_t* record) {
   sample.tail_log_mass.resize(size_t(s.seq_len));
   sample.ids.assign(size_t(entries), 0);
   const uint8_t* at = record;
-  auto get_half = [&] {
+  auto get_value = [&]() -> double {
+    if (s.value_type == CacheValueType::float64) {
+      double v;
+      std::memcpy(&v, at, 8);
+      at += 8;
+      return v;
+    }
     uint16_t h;
     std::memcpy(&h, at, 2);
     at += 2;
     return half_to_float(h);
   };
-  for (float& v : sample.log_probs) v = get_half();
-  for (float& v : sample.tail_log_mass) v = get_half();
+  for (double& v : sample.log_probs) v = get_value();
+  for (double& v : sample.tail_log_mass) v = get_value();
   const int64_t bits = id_bits(s.vocab_size);
   int64_t bit = 0;
   for (int64_t& id : sample.ids)
@@ -332,6 +360,12 @@ const TeacherCacheReader::OpenShard& TeacherCacheReader::shard_of(int64_t shard)
   return *open_.emplace(shard, std::move(open)).first->second;
 }
 
+void TeacherCacheReader::require_shards(int64_t samples) const {
+  const int64_t per_shard = header_.shape.samples_per_shard;
+  for (int64_t shard = 0; shard * per_shard < std::min(samples, header_.shape.samples); ++shard)
+    shard_of(shard);
+}
+
 CachedSample TeacherCacheReader::read(int64_t sample) const {
   const TeacherCacheShape& s = header_.shape;
   if (sample < 0 || sample >= s.samples)
@@ -364,8 +398,8 @@ std::string TeacherCacheReader::describe() const {
   std::ostringstream out;
   out << "teacher cache " << dir_ << "\n"
       << "  samples " << s.samples << " of " << s.seq_len << " tokens, top " << s.top_k
-      << " of a vocabulary of " << s.vocab_size << " (" << id_bits(s.vocab_size)
-      << "-bit ids, float16 values)\n"
+      << " of a vocabulary of " << s.vocab_size << " (" << id_bits(s.vocab_size) << "-bit ids, "
+      << value_type_name(s.value_type) << " values)\n"
       << "  shards " << present << " of " << shards << " written, " << bytes << " bytes, "
       << double(record_bytes(s)) / double(s.seq_len) << " bytes per token\n";
   for (const auto& [key, value] : header_.fingerprint) out << "  " << key << ": " << value << "\n";

@@ -16,7 +16,9 @@
 //                independent: ranks write their own, and a writer resumes by skipping those
 //                that exist, giving the bytes one uninterrupted writer gives.
 // A record (one sample, fixed size): seq_len x top_k log-probabilities and seq_len tail
-// log-masses in float16 (half_float.h says why), then the seq_len x top_k ids packed
+// log-masses in the cache's value type (float16 by default, half_float.h says why; float64 for
+// caches that must give the teacher's values exactly, as the tests comparing a cached student
+// with an online one in float64 need), then the seq_len x top_k ids packed
 // little-endian at id_bits(vocab_size) bits each, the last byte padded with zeros.
 // Everything that is wrong (a header from another run, a sample beyond the cache, a missing or
 // truncated shard, a flipped byte) is a UserError naming the file and the field or sample.
@@ -30,10 +32,17 @@
 
 namespace retort::engine {
 
+// How the log-probabilities are stored: their name in cache.json and --values.
+enum class CacheValueType { float16, float64 };
+const char* value_type_name(CacheValueType type);
+// The type named `name`; throws UserError naming `what` (the flag or file) otherwise.
+CacheValueType parse_value_type(const std::string& name, const std::string& what);
+
 struct TeacherCacheShape {
   int64_t seq_len = 0, top_k = 0, vocab_size = 0;
   int64_t samples = 0;            // samples the cache covers: 0 .. samples - 1
   int64_t samples_per_shard = 0;  // consecutive samples per shard file
+  CacheValueType value_type = CacheValueType::float16;
 };
 
 struct TeacherCacheHeader {
@@ -48,12 +57,12 @@ int64_t record_bytes(const TeacherCacheShape& shape);
 
 // One sample's entries, position-major: position p's k entries are [p * top_k, (p + 1) * top_k).
 struct CachedSample {
-  std::vector<float> log_probs;      // [seq_len * top_k]
-  std::vector<int64_t> ids;          // [seq_len * top_k], each in [0, vocab_size)
-  std::vector<float> tail_log_mass;  // [seq_len]
+  std::vector<double> log_probs;      // [seq_len * top_k]
+  std::vector<int64_t> ids;           // [seq_len * top_k], each in [0, vocab_size)
+  std::vector<double> tail_log_mass;  // [seq_len]
 };
 
-// The record's bytes, and back (log-probabilities rounded to float16 on the way).
+// The record's bytes, and back (values rounded to the value type on the way).
 std::vector<uint8_t> encode_record(const TeacherCacheShape& shape, const CachedSample& sample);
 CachedSample decode_record(const TeacherCacheShape& shape, const uint8_t* record);
 
@@ -83,6 +92,10 @@ class TeacherCacheReader {
   const TeacherCacheHeader& header() const { return header_; }
   // One line naming the first field of `expected` the cache was not made with.
   void require_fingerprint(const std::map<std::string, std::string>& expected) const;
+  // Opens every shard holding samples 0 .. samples - 1 and checks its header and size, so a
+  // missing or truncated one stops a run before its first step (records' CRCs are checked as
+  // they are read).
+  void require_shards(int64_t samples) const;
   // A sample's entries, its record's CRC checked.
   CachedSample read(int64_t sample) const;
   // The header, the shards present and the bytes per token, for engine_teacher_cache --info.

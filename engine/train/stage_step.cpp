@@ -148,16 +148,28 @@ void StageStep::train(parallel::Communicator& pp, const std::vector<MicroBatch>&
         // The heads are fused into the losses: no [tokens, vocab] logits outlive a chunk.
         // Full checkpointing keeps only the head inputs and forms the logits again in
         // backward; otherwise the gradient is formed in forward.
-        distill::HeadInput teacher_head;
-        if (distiller->needs_teacher_logits()) {
-          MemoryScope teacher_memory(MemoryCategory::teacher_activations);
-          teacher_head = teacher->head_input(t);
+        const distill::HeadInput student_head{student.head_input(x), student.head_weight(),
+                                              head_sink};
+        if (distiller->logits_from_cache()) {
+          distill::SparseTeacher cached;
+          {
+            MemoryScope teacher_memory(MemoryCategory::teacher_activations);
+            cached = models_.cache->entries(micro_batch.stream_sample, batch, x.device());
+          }
+          head = distiller->output_loss_from_cache(student_head, cached, micro_batch.targets,
+                                                   target_count, student.config().vocab_size,
+                                                   student.head_chunk_tokens(), &pending);
+        } else {
+          distill::HeadInput teacher_head;
+          if (distiller->needs_teacher_logits()) {
+            MemoryScope teacher_memory(MemoryCategory::teacher_activations);
+            teacher_head = teacher->head_input(t);
+          }
+          const bool recompute = student.recompute().mode == layers::Checkpointing::full;
+          head = distiller->output_loss(student_head, teacher_head, micro_batch.targets,
+                                        target_count, student.config().vocab_size,
+                                        student.head_chunk_tokens(), recompute, &pending);
         }
-        const bool recompute = student.recompute().mode == layers::Checkpointing::full;
-        head = distiller->output_loss({student.head_input(x), student.head_weight(), head_sink},
-                                      teacher_head, micro_batch.targets, target_count,
-                                      student.config().vocab_size, student.head_chunk_tokens(),
-                                      recompute, &pending);
       }
       loss = loss.defined() ? loss + head : head;
     }

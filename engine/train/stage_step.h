@@ -19,25 +19,29 @@
 #include "distill/distillation.h"
 #include "distill/pending_terms.h"
 #include "engine/optim/grad_sync.h"
+#include "engine/teacher_cache/cached_teacher.h"
 #include "engine/train/step_inspector.h"
 #include "engine/train/step_result.h"
 #include "layers/model.h"
 
 namespace retort::engine {
 
-// One micro-batch: tokens and targets [b, s], and the position of its first sample in the
-// global batch (for the inspector).
+// One micro-batch: tokens and targets [b, s], the position of its first sample in the
+// global batch (for the inspector) and in the sample stream (a teacher cache's address).
 struct MicroBatch {
   torch::Tensor tokens, targets;
   int64_t first_sample = 0;
+  int64_t stream_sample = 0;
   torch::Tensor host_tokens;  // tokens as read, on the host (bookkeeping without a device read)
 };
 
-// The models one stage runs; teacher and distiller are null without distillation.
+// The models one stage runs; teacher and distiller are null without distillation, the cache
+// without teacher.cache (the teacher too when the cache alone serves).
 struct StageModels {
   layers::LlamaModel* student = nullptr;
   distill::Teacher* teacher = nullptr;
   distill::Distiller* distiller = nullptr;
+  const CachedTeacher* cache = nullptr;
 };
 
 class StageStep {

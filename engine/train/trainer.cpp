@@ -127,7 +127,7 @@ std::vector<MicroBatch> Trainer::read_micro_batches(double& target_count) {
     const TokenBatch batch = read_batch(*parts_.streams.train, first, training.micro_batch);
     const torch::Tensor tokens = to_tensor(batch.inputs, batch.batch);
     micro.push_back({placed(tokens), placed(to_tensor(batch.targets, batch.batch)),
-                     first - parts_.progress.step * training.global_batch, tokens});
+                     first - parts_.progress.step * training.global_batch, first, tokens});
     local_targets += int64_t(batch.targets.size());  // no padding: every target counts
   }
   // Losses are normalised by the target count of the whole global batch.

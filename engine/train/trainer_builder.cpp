@@ -19,6 +19,7 @@
 #include "engine/observe/device_peak.h"
 #include "engine/observe/memory_tracker.h"
 #include "engine/observe/run_summary.h"
+#include "engine/teacher_cache/cache_fingerprint.h"
 #include "engine/train/keys_without_effect.h"
 #include "engine/train/parameter_patterns.h"
 #include "engine/train/run_folder.h"
@@ -41,29 +42,6 @@ parallel::TransportChoice transport_choice(GpuTransport key) {
       break;
   }
   return parallel::TransportChoice::automatic;
-}
-
-// The teacher.* sizes given in the config against the teacher's own description at `path`.
-void require_teacher_sizes(const TeacherKeys& keys, const layers::ModelConfig& stored,
-                           const std::string& path) {
-  for (const auto& [key, given, held] :
-       std::initializer_list<std::tuple<const char*, int64_t, int64_t>>{
-           {"teacher.hidden", keys.hidden, stored.hidden},
-           {"teacher.layers", keys.layers, stored.layers},
-           {"teacher.heads", keys.heads, stored.heads},
-           {"teacher.kv_heads", keys.kv_heads, stored.kv_heads},
-           {"teacher.ffn_hidden", keys.ffn_hidden, stored.ffn_hidden},
-           {"teacher.head_dim", keys.head_dim, stored.head_dim()}})
-    if (given > 0 && given != held)
-      throw UserError(std::string(key) + "=" + std::to_string(given) + ", but the teacher at '" +
-                      path + "' has " + std::to_string(held) +
-                      " (leave the teacher's sizes out to take its own)");
-  if (keys.tied_embeddings != TeacherHead::as_student &&
-      (keys.tied_embeddings == TeacherHead::tied) != stored.tied_embeddings)
-    throw UserError("teacher.tied_embeddings=" + enum_name(keys.tied_embeddings) +
-                    ", but the teacher at '" + path + "' has " +
-                    (stored.tied_embeddings ? "a tied" : "an untied") +
-                    " head (leave the key out to take its own)");
 }
 
 class TrainerBuilder {
@@ -89,6 +67,8 @@ class TrainerBuilder {
   // The student's tokenizer, from data.tokenizer and model.init.from, which must agree.
   void settle_student_tokenizer();
   void build_distiller();
+  // teacher.cache opened and checked against this run: parts_.cached_teacher.
+  void open_teacher_cache();
   void finish_resume(const std::string& path);
   int64_t head_weight_index() const;
   void log_line(const std::string& line) { console_.line(line); }
@@ -102,8 +82,7 @@ class TrainerBuilder {
   TrainerParts parts_;  // what build() returns, filled as it goes
   // The student's and the teacher's shapes as built: model.* and the teacher's, padded alike.
   layers::ModelConfig student_model_, teacher_model_;
-  std::string teacher_path_;  // empty: a teacher from its seed
-  bool hf_teacher_ = false;
+  TeacherSource teacher_source_;
   TokenizerIdentity student_tokenizer_;
   std::string peak_how_;
 };
@@ -197,8 +176,9 @@ TrainerParts TrainerBuilder::build() {
                                 [sync = parts_.sync.get()](size_t i) { return sync->owns(i); });
   }
   parts_.stage_step = std::make_unique<StageStep>(
-      StageModels{parts_.model.get(), parts_.teacher.get(), parts_.distiller.get()}, parts_.tp,
-      config_.data.seq_len, scalar_type_of(precision_.pipeline_message));
+      StageModels{parts_.model.get(), parts_.teacher.get(), parts_.distiller.get(),
+                  parts_.cached_teacher.get()},
+      parts_.tp, config_.data.seq_len, scalar_type_of(precision_.pipeline_message));
   if (streamed_head >= 0) {
     HeadRowStepOptions options;
     options.index = size_t(streamed_head);
@@ -386,41 +366,54 @@ void TrainerBuilder::resolve_teacher() {
   const DistillSettings& settings = config_.distill;
   student_model_ = config_.model;
   if (!settings.enabled) return;
-  teacher_model_ = settings.teacher;
-  hf_teacher_ = hf::is_hf_model_dir(settings.keys.checkpoint);
-  if (!settings.keys.checkpoint.empty()) {
-    teacher_path_ =
-        hf_teacher_ ? settings.keys.checkpoint : resolve_checkpoint(settings.keys.checkpoint);
-    // The teacher's own description (a Hugging Face directory's config.json, or the
-    // checkpoint's) decides everything about it, its RoPE scaling included; teacher.* sizes,
-    // where given, must agree with it.
-    const std::optional<layers::ModelConfig> stored =
-        hf_teacher_ ? std::optional<layers::ModelConfig>(hf::read_hf_config(teacher_path_))
-                    : read_checkpoint_model(teacher_path_);
-    if (stored) {
-      require_teacher_sizes(settings.keys, *stored, teacher_path_);
-      teacher_model_ = *stored;
-    }
+  teacher_source_ = resolve_teacher_source(settings);
+  teacher_model_ = teacher_source_.model;
+  if (!teacher_source_.path.empty()) {
     const parallel::Layout& layout = config_.layout;
     parallel::resolve_layout(
         layout, layout.tensor * layout.pipeline * layout.data,
         {teacher_model_.heads, teacher_model_.kv_heads, teacher_model_.ffn_hidden,
          std::max<int64_t>(teacher_model_.layers, layout.pipeline), config_.data.seq_len});
   }
-  // One tokenizer, two vocabulary sizes (one padded further): both padded alike.
-  if (teacher_model_.vocab_size != student_model_.vocab_size)
+  // One tokenizer, two vocabulary sizes (one padded further): both padded alike. A cached
+  // teacher's vocabulary is the cache's (open_teacher_cache).
+  if (config_.distill.keys.cache.empty() && teacher_model_.vocab_size != student_model_.vocab_size)
     layers::pad_vocabularies_alike(student_model_, teacher_model_);
+}
+
+void TrainerBuilder::open_teacher_cache() {
+  const DistillSettings& settings = config_.distill;
+  CacheExpectations expected;
+  const std::string teacher_identity =
+      teacher_source_.path.empty() ? "" : teacher_source_.identity();
+  expected.fingerprint =
+      cache_fingerprint(config_, teacher_identity, student_tokenizer_.fingerprint);
+  expected.seq_len = config_.data.seq_len;
+  expected.top_k = settings.objective.logits.teacher_top_k;
+  expected.vocab_size = student_model_.vocab_size;
+  expected.samples_drawn = config_.training.steps * config_.training.global_batch;
+  run_agreed_over(&mesh_.world(), [&] {
+    parts_.cached_teacher = std::make_unique<CachedTeacher>(settings.keys.cache, expected);
+  });
+  log_line("the teacher's logits come from teacher.cache " + settings.keys.cache + " (top " +
+           std::to_string(parts_.cached_teacher->top_k()) + ", " +
+           enum_name(settings.objective.logits.top_k_tail) + ")" +
+           (settings.objective.activation_weight > 0
+                ? "; the teacher runs up to its last captured layer for the activation losses"
+                : "; no teacher weights are loaded"));
 }
 
 void TrainerBuilder::build_distiller() {
   const DistillSettings& settings = config_.distill;
   if (!settings.enabled) return;
+  const bool cached = !settings.keys.cache.empty();
+  if (cached && settings.objective.logit_weight > 0) open_teacher_cache();
   const layers::ModelConfig& teacher_model = teacher_model_;
-  if (!teacher_path_.empty())
-    require_same_tokenizer(student_tokenizer_, tokenizer_of_model(teacher_path_, hf_teacher_),
-                           "teacher.checkpoint",
-                           "a teacher must read the student's ids as the same tokens");
-  if (teacher_model.vocab_size != student_model_.vocab_size)
+  if (!teacher_source_.path.empty())
+    require_same_tokenizer(
+        student_tokenizer_, tokenizer_of_model(teacher_source_.path, teacher_source_.hf),
+        "teacher.checkpoint", "a teacher must read the student's ids as the same tokens");
+  if (!cached && teacher_model.vocab_size != student_model_.vocab_size)
     log_line("the teacher's vocabulary (" + std::to_string(teacher_model.vocab_size) +
              ") and the student's (" + std::to_string(student_model_.vocab_size) +
              ") differ: the logit loss runs over the " +
@@ -429,7 +422,7 @@ void TrainerBuilder::build_distiller() {
              (student_tokenizer_.known()
                   ? ""
                   : " (give data.tokenizer to have the tokenizers compared)"));
-  if (settings.objective.logits.teacher_top_k > teacher_model.vocab_size)
+  if (!cached && settings.objective.logits.teacher_top_k > teacher_model.vocab_size)
     throw UserError(
         "distill.teacher_top_k=" + std::to_string(settings.objective.logits.teacher_top_k) +
         " is above the teacher's vocabulary (" + std::to_string(teacher_model.vocab_size) + ")");
@@ -437,36 +430,50 @@ void TrainerBuilder::build_distiller() {
   objective.pairs =
       distill::make_activation_pairs(objective.pair_names, objective.every_layer_points,
                                      config_.model.layers, teacher_model.layers);
+  if (parts_.cached_teacher) objective.logits.teacher_top_k = parts_.cached_teacher->top_k();
   const std::vector<distill::ActivationPair>& pairs = objective.pairs;
+  const bool activations = objective.activation_weight > 0;
+  // With the logits cached, the teacher runs only as far as its last captured layer.
+  int64_t teacher_layers_run = teacher_model.layers;
+  if (cached) {
+    teacher_layers_run = 0;
+    if (activations)
+      for (const distill::ActivationPair& pair : pairs)
+        teacher_layers_run = std::max(teacher_layers_run, layers::capture_layer(pair.teacher) + 1);
+  }
   // Under pipeline parallelism the teacher's layers are split so that each pair's teacher
   // layer runs on the stage of its student layer (its hidden state travels with the student's).
   layers::ModelStage teacher_stage;
-  if (config_.layout.pipeline > 1) {
+  if (cached) teacher_stage = {0, teacher_layers_run, true, false};
+  if (config_.layout.pipeline > 1 && (!cached || activations)) {
     std::vector<std::pair<int, int64_t>> pins;
-    if (objective.activation_weight > 0)
+    if (activations)
       for (const distill::ActivationPair& pair : pairs)
         pins.emplace_back(
             parallel::stage_of_layer(config_.stages, layers::capture_layer(pair.student)),
             layers::capture_layer(pair.teacher));
-    const parallel::LayerRange teacher_layers = parallel::split_layers_pinned(
-        teacher_model.layers, config_.layout.pipeline, pins)[mesh_.coordinates().pp];
-    teacher_stage = {teacher_layers.first, teacher_layers.end, parts_.model->stage().embedding,
-                     parts_.model->stage().head};
+    const parallel::LayerRange layers_here = parallel::split_layers_pinned(
+        teacher_layers_run, config_.layout.pipeline, pins)[mesh_.coordinates().pp];
+    teacher_stage = {layers_here.first, layers_here.end, parts_.model->stage().embedding,
+                     parts_.model->stage().head && !cached};
   }
-  {
-    MemoryScope weights(MemoryCategory::teacher_weights);
-    parts_.teacher = std::make_unique<distill::Teacher>(
-        teacher_model, settings.keys.seed, compute_dtype_, parts_.tp, teacher_stage, parts_.device);
+  if (!cached || activations) {
+    {
+      MemoryScope weights(MemoryCategory::teacher_weights);
+      parts_.teacher =
+          std::make_unique<distill::Teacher>(teacher_model, settings.keys.seed, compute_dtype_,
+                                             parts_.tp, teacher_stage, parts_.device);
+    }
+    parts_.teacher->set_residual_type(residual_dtype_);
+    parts_.teacher->set_run(parts_.run.get());
+    load_teacher_weights(teacher_source_, teacher_model, mesh_, parts_.tp, *parts_.teacher);
   }
-  parts_.teacher->set_residual_type(residual_dtype_);
-  parts_.teacher->set_run(parts_.run.get());
-  if (hf_teacher_)
-    hf::load_hf_parameters(teacher_path_, teacher_model, parts_.teacher->parameters(), parts_.tp);
-  else if (!teacher_path_.empty())
-    load_checkpoint(teacher_path_, mesh_, parts_.teacher->parameters(), nullptr);
   MemoryScope projections(MemoryCategory::parameters);
-  parts_.distiller = std::make_unique<distill::Distiller>(
-      objective, *parts_.teacher, student_model_, *parts_.store, parts_.tp, parts_.model->stage());
+  parts_.distiller =
+      std::make_unique<distill::Distiller>(objective, parts_.teacher.get(), student_model_,
+                                           *parts_.store, parts_.tp, parts_.model->stage());
+  if (parts_.cached_teacher)
+    parts_.distiller->take_logits_from_cache(parts_.cached_teacher->vocab_size());
   parts_.distiller->set_kernels(parts_.model->kernels());
 }
 

@@ -21,6 +21,8 @@
 #include "engine/optim/grad_hooks.h"
 #include "engine/optim/grad_sync.h"
 #include "engine/optim/head_row_step.h"
+#include "engine/teacher_cache/cached_teacher.h"
+#include "engine/teacher_cache/teacher_source.h"
 #include "engine/train/head_gradient.h"
 #include "engine/train/stage_step.h"
 #include "layers/model.h"
@@ -38,7 +40,8 @@ struct TrainerParts {
   std::unique_ptr<layers::ParameterStore> store;
   std::unique_ptr<layers::LlamaModel> model;
   std::unique_ptr<AdamW> optimizer;
-  std::unique_ptr<distill::Teacher> teacher;  // null unless distilling
+  std::unique_ptr<distill::Teacher> teacher;      // null unless distilling (and running it)
+  std::unique_ptr<CachedTeacher> cached_teacher;  // teacher.cache: the logits' teacher
   std::unique_ptr<distill::Distiller> distiller;
   std::unique_ptr<GradientSync> sync;
   int64_t shared_gradient_bytes = 0;  // its shared-memory segments (memory accounting)

@@ -10,14 +10,15 @@
 # model) defined below, WORK for the sweep's temporary folder.
 # Usage: bad_inputs.sh BIN_DIR CORPUS_PREFIX CONFIGS_DIR [GROUP ...]
 #   groups: config data output checkpoint convert prepare generate consistency plan tools
+#           teacher_cache
 #   (default: all)
 set -u
 bin=$1 corpus=$2 configs=$3
 shift 3
 groups=("$@")
-[ ${#groups[@]} -eq 0 ] && groups=(config data output checkpoint convert prepare generate consistency plan tools)
+[ ${#groups[@]} -eq 0 ] && groups=(config data output checkpoint convert prepare generate consistency plan tools teacher_cache)
 train=$bin/engine_train prepare=$bin/engine_prepare_data convert=$bin/engine_convert
-generate=$bin/engine_generate consistency=$bin/engine_consistency
+generate=$bin/engine_generate consistency=$bin/engine_consistency cache=$bin/engine_teacher_cache
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 tools=$(cd "$configs/../tools" && pwd)
 work=$(mktemp -d)
@@ -25,6 +26,7 @@ mounted=()
 trap 'for m in "${mounted[@]}"; do umount "$m" 2>/dev/null; done; rm -rf "$work"' EXIT
 failures=0
 rows=()
+declare -A damaged_sum
 
 fail() {
   echo "FAIL $*"
@@ -492,6 +494,65 @@ if wanted consistency; then
   expect "consistency: no micro-batch a step" "--accumulation 0: a step takes at least one micro-batch" -- \
     mpirun -q --oversubscribe -np 2 "$consistency" "$configs/consistency.yaml" data.paths="[$corpus]" --out "$work/cons" \
     --layouts TP1,TP2 --accumulation 0
+fi
+
+if wanted teacher_cache; then
+  # A teacher cache of 6 samples (3 shards) for the small student; every wrong use of it stops
+  # with its line before a step where it can, and leaves the cache as it was.
+  distill=(distill.logit_weight=1 distill.teacher_top_k=4 training.steps=3)
+  "$cache" "$configs/tiny.yaml" "${small[@]}" "${distill[@]}" --out "$work/tc" --samples-per-shard 2 \
+    >"$work/tc.log" 2>&1 || { cat "$work/tc.log"; fail "writing the teacher cache"; }
+  sum=$(tree_sum "$work/tc")
+  student=("$train" "$configs/tiny.yaml" "${small[@]}" "${distill[@]}" teacher.cache="$work/tc")
+  succeeds "cache: a student reads it" -- "${student[@]}" run.dir="$work/tc_student"
+  expect "cache: another data seed" "was made for another data_seed" -- \
+    "${student[@]}" run.dir="$work/tc_run1" data.seed=99
+  [ -e "$work/tc_run1/checkpoints" ] && fail "a refused cache left checkpoints"
+  expect "cache: another temperature" "was made for another temperature" -- \
+    "${student[@]}" run.dir="$work/tc_run2" distill.temperature=2
+  expect "cache: more samples than it holds" "holds samples 0 to 5; this run draws samples up to 7" -- \
+    "${student[@]}" run.dir="$work/tc_run3" training.steps=4
+  expect "cache: a k larger than cached" "distill.teacher_top_k=5, but teacher.cache '$work/tc' holds the teacher's top 4" -- \
+    "${student[@]}" run.dir="$work/tc_run4" distill.teacher_top_k=5
+  expect "cache: reverse_kl" "distill.logit_loss=reverse_kl is undefined" -- \
+    "${student[@]}" run.dir="$work/tc_run5" distill.logit_loss=reverse_kl distill.teacher_top_k=0
+  expect "cache: another seq_len" "holds samples of 16 tokens; this run's data.seq_len is 8" -- \
+    "${student[@]}" run.dir="$work/tc_run6" data.seq_len=8
+  expect "cache: not a cache" "teacher cache '$work/tc_student': no cache.json" -- \
+    "${student[@]}" run.dir="$work/tc_run7" teacher.cache="$work/tc_student"
+  same_files "cache: the refused runs" "$work/tc" "$sum"
+  # Damaged copies: a shard missing, one cut short, one byte flipped.
+  for damage in missing truncated flipped; do cp -r "$work/tc" "$work/tc_$damage"; done
+  rm "$work/tc_missing/shard_0000000002.bin"
+  truncate -s -3 "$work/tc_truncated/shard_0000000004.bin"
+  printf '\xff' | dd of="$work/tc_flipped/shard_0000000000.bin" bs=1 seek=60 conv=notrunc 2>/dev/null
+  for damage in missing truncated flipped; do damaged_sum[$damage]=$(tree_sum "$work/tc_$damage"); done
+  expect "cache: a shard missing" "shard '$work/tc_missing/shard_0000000002.bin' is missing" -- \
+    "${student[@]}" run.dir="$work/tc_run8" teacher.cache="$work/tc_missing"
+  [ -e "$work/tc_run8/metrics.jsonl" ] && grep -q '"step"' "$work/tc_run8/metrics.jsonl" &&
+    fail "a missing shard was found only after a step"
+  expect "cache: a shard cut short" "shard '$work/tc_truncated/shard_0000000004.bin' has" -- \
+    "${student[@]}" run.dir="$work/tc_run9" teacher.cache="$work/tc_truncated"
+  expect "cache: a flipped byte" "shard '$work/tc_flipped/shard_0000000000.bin' fails its checksum at sample" -- \
+    "${student[@]}" run.dir="$work/tc_run10" teacher.cache="$work/tc_flipped"
+  for damage in missing truncated flipped; do
+    same_files "cache: the $damage shard's folder" "$work/tc_$damage" "${damaged_sum[$damage]}"
+  done
+  # The writer: an existing cache without --resume, a resume with other settings, no k.
+  expect "cache: write over an existing cache" "teacher cache '$work/tc' exists; add --resume" -- \
+    "$cache" "$configs/tiny.yaml" "${small[@]}" "${distill[@]}" --out "$work/tc" --samples-per-shard 2
+  expect "cache: resume with another k" "was made with another top_k" -- \
+    "$cache" "$configs/tiny.yaml" "${small[@]}" "${distill[@]}" --out "$work/tc" --samples-per-shard 2 \
+    --resume --top-k 3
+  expect "cache: resume with another data seed" "was made with another fingerprint.data_seed" -- \
+    "$cache" "$configs/tiny.yaml" "${small[@]}" "${distill[@]}" --out "$work/tc" --samples-per-shard 2 \
+    --resume data.seed=5
+  same_files "cache: the refused writers" "$work/tc" "$sum"
+  expect "cache: no k" "give --top-k K or distill.teacher_top_k" -- \
+    "$cache" "$configs/tiny.yaml" "${small[@]}" distill.logit_weight=1 --out "$work/tc_nok"
+  expect "cache: unknown value type" "--values: value type 'bfloat16' is not float16 or float64" -- \
+    "$cache" "$configs/tiny.yaml" "${small[@]}" "${distill[@]}" --out "$work/tc_bf" --values bfloat16
+  expect "cache: --info on a folder without a cache" "no cache.json" -- "$cache" --info "$work/tc_student"
 fi
 
 echo

@@ -44,7 +44,7 @@ double run_identical(const layers::TensorParallel& tp, LogitLoss logit_kind,
   dc.activation_kind = activation_kind;
   dc.pairs =
       make_activation_pairs({}, {"mixer_output", "mlp_output", "block_output"}, c.layers, c.layers);
-  Distiller distiller(dc, teacher, c, store, tp);
+  Distiller distiller(dc, &teacher, c, store, tp);
   torch::manual_seed(5);
   torch::Tensor tokens = torch::randint(c.vocab_size, {2, 16}, torch::kLong);
   torch::Tensor targets = torch::randint(c.vocab_size, {2, 16}, torch::kLong);

@@ -106,7 +106,7 @@ void check(int64_t student_vocab, int64_t teacher_vocab, const std::string& name
     layers::ParameterStore store(77, torch::kDouble, tp.position());
     layers::LlamaModel student(sc, store, tp);
     Teacher teacher(tc, 78, torch::kDouble, tp);
-    Distiller distiller(objective(kind), teacher, sc, store, tp);
+    Distiller distiller(objective(kind), &teacher, sc, store, tp);
     PendingTerms pending;
     torch::Tensor x = student.run_blocks(student.embed(b.tokens), b.tokens.size(1), nullptr);
     torch::Tensor t = teacher.run_blocks(teacher.embed(b.tokens), b.tokens.size(1), nullptr);

@@ -289,7 +289,7 @@ TEST(ActivationLosses, DistillerReleasesTheCapturesItsLossesUsed) {
   dc.logit_weight = 0;
   dc.activation_weight = 1;
   dc.pairs = make_activation_pairs({}, {"mixer_output", "mlp_output"}, c.layers, c.layers);
-  Distiller distiller(dc, teacher, c, store, {});
+  Distiller distiller(dc, &teacher, c, store, {});
   torch::Tensor tokens = torch::randint(c.vocab_size, {2, 8}, torch::kLong);
   layers::CaptureSink student_sink(distiller.student_captures()),
       teacher_sink(distiller.teacher_captures());

@@ -125,10 +125,29 @@ TEST(TeacherCacheStore, RecordsGiveBackFloat16ValuesAndExactIds) {
     const CachedSample back = decode_record(s, record.data());
     EXPECT_EQ(back.ids, sample.ids) << vocab;
     for (size_t i = 0; i < sample.log_probs.size(); ++i)
-      EXPECT_EQ(back.log_probs[i], half_to_float(float_to_half(sample.log_probs[i]))) << i;
+      EXPECT_EQ(back.log_probs[i], half_to_float(float_to_half(float(sample.log_probs[i])))) << i;
     for (size_t p = 0; p < sample.tail_log_mass.size(); ++p)
-      EXPECT_EQ(back.tail_log_mass[p], half_to_float(float_to_half(sample.tail_log_mass[p])));
+      EXPECT_EQ(back.tail_log_mass[p],
+                half_to_float(float_to_half(float(sample.tail_log_mass[p]))));
   }
+}
+
+TEST(TeacherCacheStore, Float64RecordsGiveBackEveryBit) {
+  TeacherCacheShape s{5, 4, 1000, 1, 1};
+  s.value_type = CacheValueType::float64;
+  CachedSample sample = random_sample(s, 7);
+  for (double& v : sample.log_probs) v = std::nextafter(v, 0.0) / 3.0;  // beyond float32's bits
+  sample.tail_log_mass[1] = -INFINITY;
+  const std::vector<uint8_t> record = encode_record(s, sample);
+  ASSERT_EQ(int64_t(record.size()), record_bytes(s));
+  EXPECT_EQ(record_bytes(s), 8 * (5 * 4 + 5) + (5 * 4 * id_bits(1000) + 7) / 8);
+  const CachedSample back = decode_record(s, record.data());
+  EXPECT_EQ(back.log_probs, sample.log_probs);
+  EXPECT_EQ(back.tail_log_mass, sample.tail_log_mass);
+  EXPECT_EQ(back.ids, sample.ids);
+  EXPECT_EQ(parse_value_type("float64", "--values"), CacheValueType::float64);
+  EXPECT_NE(error_of([] { parse_value_type("bfloat16", "--values"); }).find("--values"),
+            std::string::npos);
 }
 
 TEST(TeacherCacheStore, ResumedWritingGivesTheBytesOfOneWriter) {
@@ -154,7 +173,7 @@ TEST(TeacherCacheStore, ResumedWritingGivesTheBytesOfOneWriter) {
   for (int64_t i : {0, 5, 9}) {
     const CachedSample want = random_sample(h.shape, uint32_t(i)), got = reader.read(i);
     EXPECT_EQ(got.ids, want.ids) << i;
-    EXPECT_EQ(got.log_probs[4], half_to_float(float_to_half(want.log_probs[4]))) << i;
+    EXPECT_EQ(got.log_probs[4], half_to_float(float_to_half(float(want.log_probs[4])))) << i;
   }
   EXPECT_NE(reader.describe().find("shards 3 of 3 written"), std::string::npos)
       << reader.describe();
