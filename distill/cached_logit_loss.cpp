@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "common/saved_object.h"
+#include "distill/formed_gradients.h"
 #include "distill/split_vocabulary.h"
 #include "layers/accumulation_type.h"
 #include "layers/compute_copy.h"
@@ -169,21 +170,12 @@ struct CachedLogitDistillation : torch::autograd::Function<CachedLogitDistillati
     }
     torch::Tensor kd = (per_token * w).sum() * setup.scale;
     torch::Tensor ce = setup.with_ce ? (ce_token * w).sum() : torch::zeros({}, w.options());
-    torch::Tensor total = kd * kd_factor + ce * ce_factor;
-    ctx->save_for_backward({grad_x, grad_w});
-    save_object(ctx, "sink", setup.sink);
-    ctx->mark_non_differentiable({kd, ce});
-    return {total, kd, ce};
+    return keep_formed_gradients(ctx, grad_x, grad_w, setup.sink, kd * kd_factor + ce * ce_factor,
+                                 kd, ce);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
-    auto saved = ctx->get_saved_variables();
-    const torch::Tensor& g = grad_outputs[0];
-    variable_list result(8);
-    if (saved[0].defined()) result[0] = saved[0].mul_(g);
-    layers::HeadGradSink* sink = saved_object<layers::HeadGradSink*>(ctx, "sink");
-    if (saved[1].defined()) result[1] = layers::deliver_whole_gradient(sink, saved[1].mul_(g));
-    return result;
+    return scaled_formed_gradients(ctx, grad_outputs, 8);
   }
 };
 

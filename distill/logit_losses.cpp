@@ -8,6 +8,7 @@
 
 #include "common/saved_object.h"
 #include "common/user_error.h"
+#include "distill/formed_gradients.h"
 #include "distill/split_vocabulary.h"
 #include "kernels/logit_kernels.h"
 #include "layers/accumulation_type.h"
@@ -588,21 +589,12 @@ struct FusedHeadLogitDistillation : torch::autograd::Function<FusedHeadLogitDist
     torch::Tensor kd = (stats.per_token * w).sum() * setup.scale;
     torch::Tensor ce = setup.with_ce ? ((stats.lse_1 - stats.target_logit) * w).sum()
                                      : torch::zeros({}, w.options());
-    torch::Tensor total = kd * kd_factor + ce * ce_factor;
-    ctx->save_for_backward({grad_x, grad_w});
-    save_object(ctx, "sink", setup.sink);
-    ctx->mark_non_differentiable({kd, ce});
-    return {total, kd, ce};
+    return keep_formed_gradients(ctx, grad_x, grad_w, setup.sink, kd * kd_factor + ce * ce_factor,
+                                 kd, ce);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
-    auto saved = ctx->get_saved_variables();
-    const torch::Tensor& g = grad_outputs[0];
-    variable_list result(9);
-    if (saved[0].defined()) result[0] = saved[0].mul_(g);  // ours alone: scaled in place
-    layers::HeadGradSink* sink = saved_object<layers::HeadGradSink*>(ctx, "sink");
-    if (saved[1].defined()) result[1] = layers::deliver_whole_gradient(sink, saved[1].mul_(g));
-    return result;
+    return scaled_formed_gradients(ctx, grad_outputs, 9);
   }
 };
 
