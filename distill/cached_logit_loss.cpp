@@ -65,11 +65,13 @@ struct ChunkResult {
   torch::Tensor hit, index;  // the targets in this rank's slice, and their local columns
 };
 
-ChunkResult chunk_loss(const CacheLossSetup& setup, const torch::Tensor& z, const ChunkTeacher& t,
+// z is the chunk's own: the gradient is formed in its memory (one [len, real] buffer at T = 1;
+// a second at T != 1 with the cross-entropy, whose softmax is at T = 1).
+ChunkResult chunk_loss(const CacheLossSetup& setup, torch::Tensor z, const ChunkTeacher& t,
                        const torch::Tensor& targets, const torch::Tensor& kd_c,
                        const torch::Tensor& ce_c, bool want_grad) {
   const bool has_columns = z.size(1) > 0;
-  const torch::Tensor ss = setup.temperature == 1.0 ? z : z / setup.temperature;
+  torch::Tensor ss = setup.temperature == 1.0 ? z : z / setup.temperature;
   const torch::Tensor lse_s = split_logsumexp(ss, setup.group);
   ChunkResult r;
   r.lse_1 = setup.with_ce && setup.temperature != 1.0 ? split_logsumexp(z, setup.group) : lse_s;
@@ -108,21 +110,27 @@ ChunkResult chunk_loss(const CacheLossSetup& setup, const torch::Tensor& z, cons
     if (want_grad && has_columns) r.hit = hit, r.index = index;
   }
   if (!want_grad || !has_columns) return r;
-  const torch::Tensor q = (ss - lse_s.unsqueeze(1)).exp();
-  torch::Tensor kd_c_col = kd_c.unsqueeze(1);
-  r.grad = q * (kd_c * (p_sum + t.m)).unsqueeze(1);
+  const bool ce_at_one = setup.with_ce && setup.temperature == 1.0;
+  // The T = 1 softmax of the cross-entropy, in z's memory (ss is apart from it here).
+  torch::Tensor softmax;
+  if (setup.with_ce && !ce_at_one) softmax = z.sub_(r.lse_1.unsqueeze(1)).exp_();
+  const torch::Tensor q = ss.sub_(lse_s.unsqueeze(1)).exp_();  // in place: z itself at T = 1
+  const torch::Tensor kd_c_col = kd_c.unsqueeze(1);
+  // Per token: c q_v everywhere (with the cross-entropy's q_v at T = 1), less m q_v / q_tail
+  // (ghost) everywhere, given back on K below.
+  torch::Tensor coefficient = kd_c * (p_sum + t.m);
   torch::Tensor at_k = -t.p * kd_c_col;
   if (setup.tail == TopKTail::ghost) {
-    // -m q_v / q_tail off K: subtracted everywhere, then given back on K.
     const torch::Tensor g =
         torch::where(t.m > 0, (t.tail - log_q_tail).exp(), torch::zeros({}, t.m.options())) * kd_c;
-    r.grad.addcmul_(q, g.unsqueeze(1), -1);
-    at_k += q.gather(1, t.local_index) * g.unsqueeze(1);
+    coefficient = coefficient - g;
+    at_k += q.gather(1, t.local_index) * g.unsqueeze(1);  // before q is scaled
   }
+  if (ce_at_one) coefficient = coefficient + ce_c;
+  r.grad = q.mul_(coefficient.unsqueeze(1));
   r.grad.scatter_add_(1, t.local_index, at_k * t.hit);
   if (setup.with_ce) {
-    const torch::Tensor softmax = setup.temperature == 1.0 ? q : (z - r.lse_1.unsqueeze(1)).exp();
-    r.grad.addcmul_(softmax, ce_c.unsqueeze(1));
+    if (!ce_at_one) r.grad.addcmul_(softmax, ce_c.unsqueeze(1));
     r.grad.scatter_add_(1, r.index.unsqueeze(1), (-ce_c * r.hit.to(ce_c.dtype())).unsqueeze(1));
   }
   return r;
