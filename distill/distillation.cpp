@@ -139,6 +139,15 @@ torch::Tensor Distiller::output_loss_from_cache(const HeadInput& student,
       });
 }
 
+torch::Tensor Distiller::cached_logit_sum(const HeadInput& student, const SparseTeacher& teacher,
+                                          const torch::Tensor& targets, int64_t vocab_size) const {
+  torch::NoGradGuard no_grad;
+  return logit_distillation_from_cache(student, teacher, targets.ne(kIgnore), torch::Tensor(),
+                                       std::min(vocab_size, cached_vocab_size_), config_.logits,
+                                       tp_, {1.0, 0.0}, kernels_.run)
+      .kd_sum;
+}
+
 template <typename LogitLossOf>
 torch::Tensor Distiller::logit_and_lm_loss(const HeadInput& student, const torch::Tensor& targets,
                                            double target_count, int64_t vocab_size,

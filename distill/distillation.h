@@ -69,6 +69,10 @@ class Distiller {
                                        const torch::Tensor& targets, double target_count,
                                        int64_t vocab_size, int64_t lm_chunk_tokens,
                                        PendingTerms* terms) const;
+  // The summed (unweighted, T^2-scaled) logit loss against a cached teacher over the tokens
+  // whose target counts, without gradients: the held-out logit loss.
+  torch::Tensor cached_logit_sum(const HeadInput& student, const SparseTeacher& teacher,
+                                 const torch::Tensor& targets, int64_t vocab_size) const;
   // The weighted activation losses of this stage's pairs (zero without any). Takes the
   // pairs' captures out of both sinks: the losses keep what their backward needs.
   torch::Tensor activation_loss(const torch::Tensor& targets, layers::CaptureSink& student_sink,

@@ -445,7 +445,8 @@ void save_checkpoint(const std::string& path, parallel::Mesh& mesh,
 }
 
 TrainingProgress load_checkpoint(const std::string& path, parallel::Mesh& mesh,
-                                 layers::ParameterStore& store, AdamW* optimizer) {
+                                 layers::ParameterStore& store, AdamW* optimizer,
+                                 bool part_of_model) {
   const layers::ShardPosition tp{mesh.coordinates().tp, mesh.tp().size()};
   parallel::Communicator& pipeline = mesh.pp();
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
@@ -463,7 +464,7 @@ TrainingProgress load_checkpoint(const std::string& path, parallel::Mesh& mesh,
     known[int64_t(i)] = int64_t(store.find(names[i]) || names[i].rfind("distill.", 0) == 0);
   if (pipeline.size() > 1) pipeline.all_reduce(known);
   for (size_t i = 0; i < names.size(); ++i)
-    if (known[int64_t(i)].item<int64_t>() == 0)
+    if (known[int64_t(i)].item<int64_t>() == 0 && !part_of_model)
       throw UserError("checkpoint '" + path + "' has parameter '" + names[i] +
                       "' that this model does not have");
   // A rank missing a tensor, or reading a damaged one, stops every rank alike.

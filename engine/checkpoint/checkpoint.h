@@ -61,9 +61,11 @@ void save_checkpoint(const std::string& path, parallel::Mesh& mesh,
 // optimizer is non-null, the optimizer state, each rank taking its own shard, so any layout
 // loads a checkpoint written under any other. Returns the saved progress. Under pipeline
 // parallelism the store holds one stage's parameters, and the stages agree that every file
-// parameter belongs to some stage.
+// parameter belongs to some stage. part_of_model: the store is knowingly a part of the saved
+// model (a teacher built up to its last captured layer), so file parameters it lacks are left.
 TrainingProgress load_checkpoint(const std::string& path, parallel::Mesh& mesh,
-                                 layers::ParameterStore& store, AdamW* optimizer);
+                                 layers::ParameterStore& store, AdamW* optimizer,
+                                 bool part_of_model = false);
 
 // Deletes all but the newest `keep` step checkpoints of run_dir (0 = keep all); `latest`
 // always names one that is kept.

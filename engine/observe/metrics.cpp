@@ -81,6 +81,7 @@ std::vector<std::pair<std::string, double>> metric_scalars(const StepMetrics& m)
       {"eta_s", m.eta_s},
       {"exposed_comm_s", m.exposed_comm_s}};
   if (m.valid_loss) scalars.emplace_back("valid_loss", *m.valid_loss);
+  if (m.valid_logit_loss) scalars.emplace_back("valid_logit_loss", *m.valid_logit_loss);
   for (const auto& [name, value] : m.parts) scalars.emplace_back(name, value);
   for (const auto& [name, bytes] : m.peak_by_category)
     scalars.emplace_back("peak_mem_by_category/" + name, double(bytes));
@@ -106,6 +107,7 @@ void MetricsFile::write(const StepMetrics& m) {
                       {"eta_s", m.eta_s},
                       {"exposed_comm_s", m.exposed_comm_s}};
   if (m.valid_loss) j["valid_loss"] = *m.valid_loss;
+  if (m.valid_logit_loss) j["valid_logit_loss"] = *m.valid_logit_loss;
   for (const auto& [name, value] : m.parts) j[name] = value;
   if (!m.peak_by_category.empty()) j["peak_mem_by_category"] = m.peak_by_category;
   if (m.resident_bytes >= 0) j["resident_bytes"] = m.resident_bytes;

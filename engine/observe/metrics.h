@@ -1,6 +1,7 @@
 // engine/observe/metrics.h: per-step metrics, printed as one console line and appended as one JSON
 // object to <run.dir>/metrics.jsonl (step, loss, lr, grad_norm, tokens_per_s, mfu,
-// peak_mem_bytes and its split by category, eta_s, valid_loss at evaluation steps, and the
+// peak_mem_bytes and its split by category, eta_s, valid_loss at evaluation steps (and
+// valid_logit_loss, against a teacher cache's validation samples), and the
 // process's resident bytes and the part of them in transparent huge pages).
 #pragma once
 #include <cstdint>
@@ -23,7 +24,8 @@ struct StepMetrics {
   // exposed time: waits not hidden behind computation); 0 on one process.
   double exposed_comm_s = 0;
   std::optional<double> valid_loss;
-  std::map<std::string, double> parts;  // loss components when distilling
+  std::optional<double> valid_logit_loss;  // against a teacher cache's validation samples
+  std::map<std::string, double> parts;     // loss components when distilling
   // The device peak since the previous line, by category (common/memory_category.h), and
   // the peak of the offloaded host store.
   std::map<std::string, int64_t> peak_by_category;

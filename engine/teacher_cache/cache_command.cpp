@@ -2,6 +2,7 @@
 #include "engine/teacher_cache/cache_command.h"
 
 #include <boost/program_options.hpp>
+#include <filesystem>
 #include <iostream>
 
 #include "common/compute_threads.h"
@@ -123,23 +124,44 @@ void write_teacher_cache(const TrainConfig& config, const TeacherCacheRequest& r
   const bool root = mesh.world().rank() == 0;
   TeacherSource source;
   TeacherCacheHeader header;
+  SampleStreams streams;
   run_agreed_over(&mesh.world(), [&] {
     if (request.out.empty()) throw UserError("engine_teacher_cache: give --out DIR");
     source = resolve_teacher_source(config.distill);
     header = cache_header(config, source, request);
+    streams = build_sample_streams(config.data, config.seed,
+                                   {source.model.vocab_size, "the teacher's vocab_size"});
   });
-  // The folder and its header first (rank 0), then every rank opens it as it is.
-  std::unique_ptr<TeacherCacheWriter> writer;
-  run_agreed_over(&mesh.world(), [&] {
-    if (root) writer = std::make_unique<TeacherCacheWriter>(request.out, header, request.resume);
-  });
-  run_agreed_over(&mesh.world(), [&] {
-    if (!root) writer = std::make_unique<TeacherCacheWriter>(request.out, header, true);
-  });
-  std::vector<int64_t> mine;  // this DP group's shards still to write
-  const parallel::DataSplit split = mesh.data_split();
-  for (int64_t shard = split.index; shard < writer->shard_count(); shard += split.count)
-    if (!writer->shard_done(shard)) mine.push_back(shard);
+  // The training samples in `out`; the validation samples a run evaluates on in `out`/valid.
+  struct Split {
+    std::string dir;
+    TeacherCacheHeader header;
+    BlendedSamples* samples;
+    std::unique_ptr<TeacherCacheWriter> writer;
+    std::vector<int64_t> mine;  // this DP group's shards still to write
+  };
+  std::vector<Split> splits;
+  header.fingerprint["split"] = "training";
+  splits.push_back({request.out, header, streams.train.get(), nullptr, {}});
+  const int64_t valid_samples = config.training.eval_batches * config.training.global_batch;
+  if (streams.valid && valid_samples > 0) {
+    TeacherCacheHeader valid = header;
+    valid.shape.samples = valid_samples;
+    valid.fingerprint["split"] = "validation";
+    splits.push_back({validation_cache_dir(request.out), valid, streams.valid.get(), nullptr, {}});
+  }
+  // Each folder and its header first (rank 0), then every rank opens them as they are.
+  for (const bool mine : {true, false})
+    run_agreed_over(&mesh.world(), [&] {
+      if (root != mine) return;
+      for (Split& split : splits)
+        split.writer = std::make_unique<TeacherCacheWriter>(split.dir, split.header,
+                                                            root ? request.resume : true);
+    });
+  const parallel::DataSplit data = mesh.data_split();
+  for (Split& split : splits)
+    for (int64_t shard = data.index; shard < split.writer->shard_count(); shard += data.count)
+      if (!split.writer->shard_done(shard)) split.mine.push_back(shard);
   mesh.world().barrier();  // every rank has looked before any writes
 
   layers::TensorParallel tp;
@@ -155,29 +177,30 @@ void write_teacher_cache(const TrainConfig& config, const TeacherCacheRequest& r
   teacher.set_residual_type(residual);
   run_agreed_over(&mesh.world(),
                   [&] { load_teacher_weights(source, source.model, mesh, tp, teacher); });
-  SampleStreams streams = build_sample_streams(
-      config.data, config.seed, {source.model.vocab_size, "the teacher's vocab_size"});
 
   const bool writes = pp == stages - 1 && mesh.tp().rank() == 0;
   const int64_t micro = config.training.micro_batch;
   const double temperature = config.distill.objective.logits.temperature;
-  for (int64_t shard : mine) {
-    const auto [first, count] = writer->shard_samples(shard);
-    std::vector<CachedSample> entries;
-    for (int64_t at = first; at < first + count; at += micro) {
-      std::vector<CachedSample> part =
-          teacher_entries(teacher, *streams.train, at, std::min(micro, first + count - at),
-                          header.shape.top_k, temperature, mesh, tp, residual);
-      entries.insert(entries.end(), std::make_move_iterator(part.begin()),
-                     std::make_move_iterator(part.end()));
+  for (Split& split : splits)
+    for (int64_t shard : split.mine) {
+      const auto [first, count] = split.writer->shard_samples(shard);
+      std::vector<CachedSample> entries;
+      for (int64_t at = first; at < first + count; at += micro) {
+        std::vector<CachedSample> part =
+            teacher_entries(teacher, *split.samples, at, std::min(micro, first + count - at),
+                            header.shape.top_k, temperature, mesh, tp, residual);
+        entries.insert(entries.end(), std::make_move_iterator(part.begin()),
+                       std::make_move_iterator(part.end()));
+      }
+      if (writes) split.writer->write_shard(shard, entries);
+      if (log && root)
+        *log << "engine_teacher_cache: " << split.writer->shard_path(shard) << " (samples " << first
+             << " to " << first + count - 1 << ")" << std::endl;
     }
-    if (writes) writer->write_shard(shard, entries);
-    if (log && root)
-      *log << "engine_teacher_cache: " << writer->shard_path(shard) << " (samples " << first
-           << " to " << first + count - 1 << ")" << std::endl;
-  }
   mesh.world().barrier();
-  if (log && root) *log << TeacherCacheReader(request.out).describe() << std::flush;
+  if (log && root)
+    for (const Split& split : splits)
+      *log << TeacherCacheReader(split.dir).describe() << std::flush;
 }
 
 namespace {
@@ -229,7 +252,11 @@ int run_teacher_cache_command(int argc, char** argv, parallel::MpiRuntime& mpi) 
     return 0;
   }
   if (!info.empty()) {
-    if (root) std::cout << TeacherCacheReader(info).describe() << std::flush;
+    if (root) {
+      std::cout << TeacherCacheReader(info).describe() << std::flush;
+      if (std::filesystem::exists(validation_cache_dir(info) + "/cache.json"))
+        std::cout << TeacherCacheReader(validation_cache_dir(info)).describe() << std::flush;
+    }
     return 0;
   }
   if (line.config.empty())

@@ -7,7 +7,8 @@
 // parallel.pipeline, parallel.sequence_parallel, parallel.data), whatever the layouts of the
 // students that will read the cache. Shards go to the data-parallel groups in turn; each group's
 // last stage's first TP rank writes its own. The samples are the training stream's, 0 .. N - 1
-// (default: the training.steps x training.global_batch the config's run draws).
+// (default: the training.steps x training.global_batch the config's run draws), and in
+// DIR/valid the validation samples the run evaluates on.
 #pragma once
 #include <iosfwd>
 #include <string>
@@ -29,8 +30,10 @@ struct TeacherCacheRequest {
 };
 
 // Writes (or completes) the cache of config's teacher over its training samples under the
-// mesh's layout (config.layout, resolved for the teacher too). Collective over mesh.world();
-// bad input is a UserError on every rank. log: progress lines (null: none).
+// mesh's layout (config.layout, resolved for the teacher too), and over the validation samples
+// a run evaluates on (training.eval_batches x training.global_batch, where the data has a
+// validation split) in validation_cache_dir(out). Collective over mesh.world(); bad input is a
+// UserError on every rank. log: progress lines (null: none).
 void write_teacher_cache(const TrainConfig& config, const TeacherCacheRequest& request,
                          parallel::Mesh& mesh, std::ostream* log);
 

@@ -50,6 +50,12 @@ struct TeacherCacheHeader {
   std::map<std::string, std::string> fingerprint;  // what the values depend on, by name
 };
 
+// The folder of a cache's validation samples: DIR/valid, a cache of its own whose fingerprint's
+// split is "validation" (the training samples' is "training").
+inline std::string validation_cache_dir(const std::string& dir) {
+  return dir + "/valid";
+}
+
 // Bits per packed id: enough for vocab_size - 1 (at least 1).
 int64_t id_bits(int64_t vocab_size);
 // Bytes of one sample's record.

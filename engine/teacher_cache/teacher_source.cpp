@@ -105,11 +105,11 @@ TeacherSource resolve_teacher_source(const DistillSettings& settings) {
 
 void load_teacher_weights(const TeacherSource& source, const layers::ModelConfig& built,
                           parallel::Mesh& mesh, const layers::TensorParallel& tp,
-                          distill::Teacher& teacher) {
-  if (source.hf)
+                          distill::Teacher& teacher, bool whole) {
+  if (source.hf)  // its names are checked against the whole model's, whatever was built
     hf::load_hf_parameters(source.path, built, teacher.parameters(), tp);
   else if (!source.path.empty())
-    load_checkpoint(source.path, mesh, teacher.parameters(), nullptr);
+    load_checkpoint(source.path, mesh, teacher.parameters(), nullptr, !whole);
 }
 
 }  // namespace retort::engine

@@ -27,9 +27,10 @@ struct TeacherSource {
 TeacherSource resolve_teacher_source(const DistillSettings& settings);
 
 // Its weights into `teacher` (built from source.model, padded as the run needs); a seed teacher
-// was initialised when built. Collective over the mesh for a Retort checkpoint.
+// was initialised when built. whole: false for a teacher built only up to a layer (its stored
+// weights beyond are left). Collective over the mesh for a Retort checkpoint.
 void load_teacher_weights(const TeacherSource& source, const layers::ModelConfig& built,
                           parallel::Mesh& mesh, const layers::TensorParallel& tp,
-                          distill::Teacher& teacher);
+                          distill::Teacher& teacher, bool whole = true);
 
 }  // namespace retort::engine

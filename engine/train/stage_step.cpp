@@ -219,11 +219,12 @@ void StageStep::train(parallel::Communicator& pp, const std::vector<MicroBatch>&
     inspector->pipeline_timing = {times.forward_s + times.backward_s, times.schedule_s};
 }
 
-double StageStep::evaluate(parallel::Communicator& pp, const std::vector<MicroBatch>& micro) {
+double StageStep::evaluate(parallel::Communicator& pp, const std::vector<MicroBatch>& micro,
+                           double* logit_sum) {
   torch::NoGradGuard no_grad;
   if (micro.empty()) return 0;
   const layers::LlamaModel& student = *models_.student;
-  torch::Tensor loss_sum;
+  torch::Tensor loss_sum, logit_total;
   parallel::PipelineStage runner;
   runner.activation_shape = hidden_shape(micro[0].tokens.size(0), student.config().hidden);
   runner.dtype = dtype_;
@@ -237,9 +238,20 @@ double StageStep::evaluate(parallel::Communicator& pp, const std::vector<MicroBa
     if (!student.stage().head) return x;
     const torch::Tensor sum = student.head_loss_sum(x, micro_batch.targets).to(torch::kDouble);
     loss_sum = loss_sum.defined() ? loss_sum + sum : sum;  // read once, after the last
+    if (logit_sum && models_.valid_cache && models_.distiller) {
+      const distill::SparseTeacher cached = models_.valid_cache->entries(
+          micro_batch.stream_sample, micro_batch.tokens.size(0), x.device());
+      const torch::Tensor logits =
+          models_.distiller
+              ->cached_logit_sum({student.head_input(x), student.head_weight()}, cached,
+                                 micro_batch.targets, student.config().vocab_size)
+              .to(torch::kDouble);
+      logit_total = logit_total.defined() ? logit_total + logits : logits;
+    }
     return {};
   };
   parallel::run_forwards(pp, int(micro.size()), runner);
+  if (logit_sum) *logit_sum = logit_total.defined() ? logit_total.item<double>() : 0.0;
   return loss_sum.defined() ? loss_sum.item<double>() : 0.0;
 }
 

@@ -42,6 +42,7 @@ struct StageModels {
   distill::Teacher* teacher = nullptr;
   distill::Distiller* distiller = nullptr;
   const CachedTeacher* cache = nullptr;
+  const CachedTeacher* valid_cache = nullptr;  // the validation samples' entries
 };
 
 class StageStep {
@@ -60,8 +61,11 @@ class StageStep {
   // Optimizer-in-backward: the LM head weight's gradient of each step's last micro-batch
   // goes to `sink` (formed in backward, block by block), not to autograd.
   void set_head_grad_sink(layers::HeadGradSink* sink) { head_grad_sink_ = sink; }
-  // The summed LM loss of validation micro-batches (on the last stage; 0 on the others).
-  double evaluate(parallel::Communicator& pp, const std::vector<MicroBatch>& micro);
+  // The summed LM loss of validation micro-batches (on the last stage; 0 on the others). With
+  // the validation samples' cached teacher, logit_sum (not null) receives the summed logit loss
+  // against it.
+  double evaluate(parallel::Communicator& pp, const std::vector<MicroBatch>& micro,
+                  double* logit_sum = nullptr);
 
  private:
   struct InFlight;

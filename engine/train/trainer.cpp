@@ -231,8 +231,8 @@ StepResult Trainer::train_step() {
   return result;
 }
 
-double Trainer::evaluate() {
-  if (!parts_.streams.valid) return std::nan("");
+Trainer::Validation Trainer::validate() {
+  if (!parts_.streams.valid) return {std::nan(""), std::nullopt};
   const TrainingConfig& training = config_.training;
   const int64_t samples = training.eval_batches * training.global_batch;
   // Micro-batches are dealt round-robin to DP ranks; sums and counts are then combined.
@@ -246,13 +246,24 @@ double Trainer::evaluate() {
         read_batch(*parts_.streams.valid, first, std::min(training.micro_batch, samples - first));
     const torch::Tensor targets = to_tensor(b.targets, b.batch);
     count += double(layers::count_targets(targets));
-    mine.push_back({placed(to_tensor(b.inputs, b.batch)), placed(targets), first});
+    mine.push_back({placed(to_tensor(b.inputs, b.batch)), placed(targets), first, first});
   }
-  // On the last stage; 0 on the others.
-  torch::Tensor loss_sum =
-      torch::tensor({parts_.stage_step->evaluate(mesh_.pp(), mine)}, torch::kDouble);
-  mesh_.pp().all_reduce(loss_sum);
-  return dp_sum(loss_sum.item<double>()) / dp_sum(count);
+  // On the last stage; 0 on the others. With the validation samples' cached teacher, the
+  // logit loss against it too.
+  const bool logits = parts_.valid_cached_teacher != nullptr;
+  double logit_sum = 0;
+  torch::Tensor sums = torch::tensor(
+      {parts_.stage_step->evaluate(mesh_.pp(), mine, logits ? &logit_sum : nullptr), logit_sum},
+      torch::kDouble);
+  mesh_.pp().all_reduce(sums);
+  const double targets = dp_sum(count);
+  Validation result{dp_sum(sums[0].item<double>()) / targets, std::nullopt};
+  if (logits) result.logit_loss = dp_sum(sums[1].item<double>()) / targets;
+  return result;
+}
+
+double Trainer::evaluate() {
+  return validate().lm_loss;
 }
 
 void Trainer::save(const std::string& path) {
@@ -291,7 +302,11 @@ void Trainer::write_metrics(const StepResult& result, double seconds, double com
   metrics.eta_s = seconds / double(steps_in_interval) * double(training.steps - result.step);
   const bool eval_now = training.eval_every > 0 &&
                         (result.step % training.eval_every == 0 || result.step == training.steps);
-  if (eval_now && parts_.streams.valid) metrics.valid_loss = evaluate();
+  if (eval_now && parts_.streams.valid) {
+    const Validation validation = validate();
+    metrics.valid_loss = validation.lm_loss;
+    metrics.valid_logit_loss = validation.logit_loss;
+  }
   if (parts_.distiller) {
     metrics.parts["lm_loss"] = result.terms.lm;
     metrics.parts["logit_loss"] = result.terms.logits;

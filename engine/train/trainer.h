@@ -11,6 +11,7 @@
 
 #include <iosfwd>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "distill/distillation.h"
@@ -52,6 +53,13 @@ class Trainer {
   StepResult train_step();
   // Mean LM loss over training.eval_batches global batches of the validation stream.
   double evaluate();
+  // The same, and with a teacher cache holding the validation samples, the mean logit loss
+  // against it (unweighted, as the logit_loss term).
+  struct Validation {
+    double lm_loss = 0;
+    std::optional<double> logit_loss;
+  };
+  Validation validate();
   void save(const std::string& path);
 
   int64_t step() const { return parts_.progress.step; }

@@ -5,6 +5,7 @@
 #include <fnmatch.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <optional>
 #include <ostream>
 #include <tuple>
@@ -177,7 +178,7 @@ TrainerParts TrainerBuilder::build() {
   }
   parts_.stage_step = std::make_unique<StageStep>(
       StageModels{parts_.model.get(), parts_.teacher.get(), parts_.distiller.get(),
-                  parts_.cached_teacher.get()},
+                  parts_.cached_teacher.get(), parts_.valid_cached_teacher.get()},
       parts_.tp, config_.data.seq_len, scalar_type_of(precision_.pipeline_message));
   if (streamed_head >= 0) {
     HeadRowStepOptions options;
@@ -392,8 +393,18 @@ void TrainerBuilder::open_teacher_cache() {
   expected.top_k = settings.objective.logits.teacher_top_k;
   expected.vocab_size = student_model_.vocab_size;
   expected.samples_drawn = config_.training.steps * config_.training.global_batch;
+  expected.fingerprint["split"] = "training";
+  // The validation samples' entries, where the cache has them and this run evaluates: the
+  // held-out logit loss (valid_logit_loss) beside the LM loss.
+  const std::string valid_dir = validation_cache_dir(settings.keys.cache);
+  const bool with_valid =
+      config_.training.eval_every > 0 && std::filesystem::exists(valid_dir + "/cache.json");
+  CacheExpectations valid = expected;
+  valid.fingerprint["split"] = "validation";
+  valid.samples_drawn = config_.training.eval_batches * config_.training.global_batch;
   run_agreed_over(&mesh_.world(), [&] {
     parts_.cached_teacher = std::make_unique<CachedTeacher>(settings.keys.cache, expected);
+    if (with_valid) parts_.valid_cached_teacher = std::make_unique<CachedTeacher>(valid_dir, valid);
   });
   log_line("the teacher's logits come from teacher.cache " + settings.keys.cache + " (top " +
            std::to_string(parts_.cached_teacher->top_k()) + ", " +
@@ -466,7 +477,8 @@ void TrainerBuilder::build_distiller() {
     }
     parts_.teacher->set_residual_type(residual_dtype_);
     parts_.teacher->set_run(parts_.run.get());
-    load_teacher_weights(teacher_source_, teacher_model, mesh_, parts_.tp, *parts_.teacher);
+    load_teacher_weights(teacher_source_, teacher_model, mesh_, parts_.tp, *parts_.teacher,
+                         /*whole=*/!cached);
   }
   MemoryScope projections(MemoryCategory::parameters);
   parts_.distiller =

@@ -40,8 +40,9 @@ struct TrainerParts {
   std::unique_ptr<layers::ParameterStore> store;
   std::unique_ptr<layers::LlamaModel> model;
   std::unique_ptr<AdamW> optimizer;
-  std::unique_ptr<distill::Teacher> teacher;      // null unless distilling (and running it)
-  std::unique_ptr<CachedTeacher> cached_teacher;  // teacher.cache: the logits' teacher
+  std::unique_ptr<distill::Teacher> teacher;            // null unless distilling (and running it)
+  std::unique_ptr<CachedTeacher> cached_teacher;        // teacher.cache: the logits' teacher
+  std::unique_ptr<CachedTeacher> valid_cached_teacher;  // its validation samples, if any
   std::unique_ptr<distill::Distiller> distiller;
   std::unique_ptr<GradientSync> sync;
   int64_t shared_gradient_bytes = 0;  // its shared-memory segments (memory accounting)
