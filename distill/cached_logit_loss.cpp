@@ -87,7 +87,8 @@ ChunkResult chunk_loss(const CacheLossSetup& setup, torch::Tensor z, const Chunk
   if (setup.tail == TopKTail::ghost) {
     torch::Tensor rest = ss.clone();
     if (has_columns) {
-      const torch::Tensor rows = torch::arange(ss.size(0)).unsqueeze(1).expand_as(t.local_index);
+      const torch::Tensor rows =
+          torch::arange(ss.size(0), t.local_index.options()).unsqueeze(1).expand_as(t.local_index);
       rest.index_put_({rows.masked_select(t.hit_mask), t.local_index.masked_select(t.hit_mask)},
                       torch::full({}, -kInfinity, rest.options()));
     }

@@ -26,7 +26,8 @@ TeacherTopK teacher_top_k(const torch::Tensor& local_logits, int64_t vocab_size,
   // as log(1 - their sum): a tail far below the rounding of 1 keeps its digits.
   torch::Tensor rest = scaled.clone();
   const torch::Tensor here = (top.ids >= vocab_start) & (top.ids < vocab_start + real);
-  const torch::Tensor rows = torch::arange(scaled.size(0)).unsqueeze(1).expand_as(top.ids);
+  const torch::Tensor rows =
+      torch::arange(scaled.size(0), top.ids.options()).unsqueeze(1).expand_as(top.ids);
   rest.index_put_({rows.masked_select(here), top.ids.masked_select(here) - vocab_start},
                   torch::full({}, -std::numeric_limits<double>::infinity(), rest.options()));
   out.tail_log_mass = split_logsumexp(rest, tp.group) - lse;

@@ -86,6 +86,9 @@ torch::Tensor product_by_transposed(const torch::Tensor& x, const torch::Tensor&
 
 torch::Tensor product_by(const torch::Tensor& dy, const torch::Tensor& weight, RunContext* run) {
   const torch::Tensor w = weight_in(copies_of(run), weight, dy.scalar_type());
+  // Nothing to add up (a TP rank whose vocabulary slice is all padding: dy [..., 0]): ATen's
+  // product gives the zeros, where the rows could not even be flattened.
+  if (dy.size(-1) == 0) return matmul_widening(dy, w);
   const torch::Tensor dy2d = dy.reshape({-1, dy.size(-1)});
   if (!use_tile(mode_of(run), dy2d, w)) return matmul_widening(dy, w);
   const torch::Tensor w_data = w.detach();

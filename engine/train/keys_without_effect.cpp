@@ -40,6 +40,12 @@ std::vector<std::string> keys_without_effect(const TrainConfig& c, const RunFact
     lines.push_back(
         "distill.activation_pairs / activation_points have no effect: "
         "distill.activation_weight is 0");
+  if (!c.distill.keys.cache.empty() && objective.logit_weight == 0)
+    lines.push_back(
+        "teacher.cache has no effect: there is no logit loss (distill.logit_weight is 0)");
+  if (objective.logits.top_k_tail != distill::TopKTail::renormalise && c.distill.keys.cache.empty())
+    lines.push_back(
+        "distill.top_k_tail has no effect: it applies to a teacher read from teacher.cache");
   return lines;
 }
 

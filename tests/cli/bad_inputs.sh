@@ -520,6 +520,11 @@ if wanted teacher_cache; then
     "${student[@]}" run.dir="$work/tc_run6" data.seq_len=8
   expect "cache: not a cache" "teacher cache '$work/tc_student': no cache.json" -- \
     "${student[@]}" run.dir="$work/tc_run7" teacher.cache="$work/tc_student"
+  says "cache: without a logit loss" "teacher.cache has no effect: there is no logit loss" -- \
+    "${student[@]}" run.dir="$work/tc_run11" distill.logit_weight=0 distill.lm_weight=1
+  says "cache: a tail mode without a cache" "distill.top_k_tail has no effect" -- \
+    "$train" "$configs/tiny.yaml" "${small[@]}" "${distill[@]}" run.dir="$work/tc_run12" \
+    distill.top_k_tail=ghost
   same_files "cache: the refused runs" "$work/tc" "$sum"
   # Damaged copies: a shard missing, one cut short, one byte flipped.
   for damage in missing truncated flipped; do cp -r "$work/tc" "$work/tc_$damage"; done

@@ -79,6 +79,23 @@ TEST(LinearProducts, LongInnerDimensionInputGradientMatchesFloat64) {
   EXPECT_TRUE(torch::equal(whole.narrow(0, 5 + rows, 4), before.narrow(0, 5 + rows, 4)));
 }
 
+// A TP rank whose slice of a padded vocabulary holds no real id has a [rows, 0] gradient of its
+// logits and a [0, hidden] weight: dy W is zeros (the tile route, where it applies, once failed
+// to flatten the empty rows).
+TEST(LinearProducts, EmptyVocabularySliceGivesZeros) {
+  const int64_t rows = 128, hidden = 72;
+  const torch::Tensor dy = torch::zeros({rows, 0});
+  const torch::Tensor w = torch::zeros({0, hidden});
+  const torch::Tensor product = product_by(dy, w);
+  ASSERT_EQ(product.sizes(), (std::vector<int64_t>{rows, hidden}));
+  EXPECT_EQ(product.abs().max().item<float>(), 0);
+  torch::Tensor out = torch::full({rows, hidden}, 3.0);
+  product_by_out(out, dy, w);
+  EXPECT_EQ(out.abs().max().item<float>(), 0);
+  EXPECT_EQ(product_by_transposed(torch::randn({rows, hidden}), w).sizes(),
+            (std::vector<int64_t>{rows, 0}));
+}
+
 TEST(LinearProducts, ForwardAndInputGradientMatchFloat64) {
   torch::manual_seed(3);
   const std::vector<Shape> shapes = {{{250, 64}, 100},  {{2, 115, 64}, 45}, {{197, 96}, 33},
