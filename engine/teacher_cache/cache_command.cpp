@@ -125,17 +125,19 @@ void write_teacher_cache(const TrainConfig& config, const TeacherCacheRequest& r
   TeacherSource source;
   TeacherCacheHeader header;
   SampleStreams streams;
+  // The header on rank 0 alone: its fingerprint reads every data file, and a Hugging Face
+  // teacher's every weight file, through a CRC. The other ranks open what rank 0 wrote.
   run_agreed_over(&mesh.world(), [&] {
     if (request.out.empty()) throw UserError("engine_teacher_cache: give --out DIR");
     source = resolve_teacher_source(config.distill);
-    header = cache_header(config, source, request);
+    if (root) header = cache_header(config, source, request);
     streams = build_sample_streams(config.data, config.seed,
                                    {source.model.vocab_size, "the teacher's vocab_size"});
   });
   // The training samples in `out`; the validation samples a run evaluates on in `out`/valid.
   struct Split {
     std::string dir;
-    TeacherCacheHeader header;
+    TeacherCacheHeader header;  // rank 0's; the others take the writer's
     BlendedSamples* samples;
     std::unique_ptr<TeacherCacheWriter> writer;
     std::vector<int64_t> mine;  // this DP group's shards still to write
@@ -150,14 +152,17 @@ void write_teacher_cache(const TrainConfig& config, const TeacherCacheRequest& r
     valid.fingerprint["split"] = "validation";
     splits.push_back({validation_cache_dir(request.out), valid, streams.valid.get(), nullptr, {}});
   }
-  // Each folder and its header first (rank 0), then every rank opens them as they are.
-  for (const bool mine : {true, false})
-    run_agreed_over(&mesh.world(), [&] {
-      if (root != mine) return;
+  // Each folder and its header first (rank 0), then every other rank opens them as they are.
+  run_agreed_over(&mesh.world(), [&] {
+    if (root)
       for (Split& split : splits)
-        split.writer = std::make_unique<TeacherCacheWriter>(split.dir, split.header,
-                                                            root ? request.resume : true);
-    });
+        split.writer =
+            std::make_unique<TeacherCacheWriter>(split.dir, split.header, request.resume);
+  });
+  run_agreed_over(&mesh.world(), [&] {
+    if (!root)
+      for (Split& split : splits) split.writer = std::make_unique<TeacherCacheWriter>(split.dir);
+  });
   const parallel::DataSplit data = mesh.data_split();
   for (Split& split : splits)
     for (int64_t shard = data.index; shard < split.writer->shard_count(); shard += data.count)
@@ -188,7 +193,7 @@ void write_teacher_cache(const TrainConfig& config, const TeacherCacheRequest& r
       for (int64_t at = first; at < first + count; at += micro) {
         std::vector<CachedSample> part =
             teacher_entries(teacher, *split.samples, at, std::min(micro, first + count - at),
-                            header.shape.top_k, temperature, mesh, tp, residual);
+                            split.writer->header().shape.top_k, temperature, mesh, tp, residual);
         entries.insert(entries.end(), std::make_move_iterator(part.begin()),
                        std::make_move_iterator(part.end()));
       }

@@ -264,6 +264,9 @@ TeacherCacheWriter::TeacherCacheWriter(std::string dir, TeacherCacheHeader heade
   write_through_partial(path.string(), std::vector<uint8_t>(text.begin(), text.end()));
 }
 
+TeacherCacheWriter::TeacherCacheWriter(std::string dir)
+    : dir_(std::move(dir)), header_(read_header(dir_)) {}
+
 int64_t TeacherCacheWriter::shard_count() const {
   const TeacherCacheShape& s = header_.shape;
   return (s.samples + s.samples_per_shard - 1) / s.samples_per_shard;

@@ -78,6 +78,9 @@ class TeacherCacheWriter {
   // header must equal `header` (one line naming the first field that differs). A folder that
   // already holds a cache is refused without `resume`, and nothing in it is touched.
   TeacherCacheWriter(std::string dir, TeacherCacheHeader header, bool resume);
+  // Opens the cache another process (rank) made in `dir`, with the header it wrote there.
+  explicit TeacherCacheWriter(std::string dir);
+  const TeacherCacheHeader& header() const { return header_; }
   int64_t shard_count() const;
   // The samples of a shard: {first, count}.
   std::pair<int64_t, int64_t> shard_samples(int64_t shard) const;

@@ -16,7 +16,8 @@
 namespace retort::engine {
 
 struct CacheExpectations {
-  std::map<std::string, std::string> fingerprint;  // the fields this run can tell
+  // The fields this run can tell (computed on one rank: the others may check fewer).
+  std::map<std::string, std::string> fingerprint;
   int64_t seq_len = 0;
   int64_t top_k = 0;          // distill.teacher_top_k; 0 = all the cache holds
   int64_t vocab_size = 0;     // the student's: every cached id must be one of its ids

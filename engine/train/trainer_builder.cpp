@@ -385,10 +385,12 @@ void TrainerBuilder::resolve_teacher() {
 void TrainerBuilder::open_teacher_cache() {
   const DistillSettings& settings = config_.distill;
   CacheExpectations expected;
-  const std::string teacher_identity =
-      teacher_source_.path.empty() ? "" : teacher_source_.identity();
-  expected.fingerprint =
-      cache_fingerprint(config_, teacher_identity, student_tokenizer_.fingerprint);
+  // The fingerprint on world rank 0 alone (it reads every data file, and a Hugging Face
+  // teacher's every weight file, through a CRC); a mismatch found there stops every rank.
+  if (mesh_.world().rank() == 0)
+    expected.fingerprint =
+        cache_fingerprint(config_, teacher_source_.path.empty() ? "" : teacher_source_.identity(),
+                          student_tokenizer_.fingerprint);
   expected.seq_len = config_.data.seq_len;
   expected.top_k = settings.objective.logits.teacher_top_k;
   expected.vocab_size = student_model_.vocab_size;
